@@ -1,0 +1,261 @@
+"""txl_minimal.data: vocabulary, splits, the text8 download/cache path (with a small
+fake text8 served from tmp_path, never the network), text8-mini and the batch iterator."""
+
+import glob
+import gzip
+import hashlib
+import importlib.util
+import io
+import os
+import re
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from txl_minimal.data import (MINI_PATH, REPO_DATA, VOCAB, VOCAB_SIZE, Corpus, CorpusError,
+                              LMOrderedIterator, Text8Source, decode, encode, load_corpus,
+                              load_text8, load_text8_mini, split_corpus)
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    """Tests may open file:// URLs only; anything else fails loudly instead of downloading."""
+    real = urllib.request.urlopen
+
+    def guarded(url, *args, **kwargs):
+        assert str(url).startswith("file:"), f"test tried to reach the network: {url}"
+        return real(url, *args, **kwargs)
+
+    monkeypatch.setattr(urllib.request, "urlopen", guarded)
+    monkeypatch.delenv("TXL_CORPUS", raising=False)
+    monkeypatch.delenv("TXL_DATA_DIR", raising=False)
+
+
+# ---------------------------------------------------------------- vocabulary and splits
+
+
+def test_encode_decode_round_trip():
+    text = " the quick brown fox jumps over the lazy dog"
+    ids = encode(text)
+    assert ids.dtype == np.uint8 and ids.max() < VOCAB_SIZE == 27
+    assert list(encode(" az")) == [0, 1, 26]
+    assert decode(ids) == text
+    assert decode(torch.from_numpy(ids).long()) == text == decode(ids.tolist())
+
+
+@pytest.mark.parametrize("bad", ["A", "7", "é", "\n"])
+def test_encode_rejects_other_characters(bad):
+    with pytest.raises(ValueError, match=re.escape(repr(bad))):
+        encode("ok " + bad)
+
+
+def test_decode_rejects_out_of_range_ids():
+    with pytest.raises(ValueError):
+        decode([0, 27])
+
+
+def test_split_is_prep_text8s():
+    train, valid, test = split_corpus(np.zeros(100_000_000, dtype=np.uint8))
+    assert (len(train), len(valid), len(test)) == (90_000_000, 5_000_000, 5_000_000)
+    ids = np.arange(1000)
+    train, valid, test = split_corpus(ids)
+    assert np.array_equal(np.concatenate([train, valid, test]), ids)  # order kept: valid, then test
+    assert (len(valid), len(test)) == (50, 50)
+
+
+# ---------------------------------------------------------------- text8 download and cache
+
+
+def fake_text8(tmp_path: Path, n: int = 20_000):
+    """A small random "text8" zipped like the real one, and a Text8Source that expects it."""
+    rng = np.random.default_rng(0)
+    text = decode(rng.integers(0, VOCAB_SIZE, n)).encode()
+    zpath = tmp_path / "server" / "text8.zip"
+    zpath.parent.mkdir()
+    with zipfile.ZipFile(zpath, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("text8", text)
+    src = Text8Source(url=zpath.as_uri(), zip_bytes=zpath.stat().st_size,
+                      zip_sha256=hashlib.sha256(zpath.read_bytes()).hexdigest(),
+                      text_bytes=n, text_md5=hashlib.md5(text).hexdigest())
+    return src, zpath, text
+
+
+def never_called(url, timeout=None):
+    raise AssertionError("must not download again")
+
+
+def files(d: Path) -> set[str]:
+    return {p.name for p in d.iterdir()} if d.exists() else set()
+
+
+def test_download_verify_cache_and_no_second_fetch(tmp_path):
+    src, _, text = fake_text8(tmp_path)
+    d = tmp_path / "data"
+    c = load_text8(d, source=src, progress=False)
+    assert (len(c.train), len(c.valid), len(c.test)) == (18_000, 1_000, 1_000)
+    assert decode(np.concatenate([c.train, c.valid, c.test])) == text.decode()
+    assert files(d) == {"text8.zip", "text8.train.npy", "text8.valid.npy", "text8.test.npy",
+                        "text8.vocab.txt"}  # no *.part left over
+    assert (d / "text8.vocab.txt").read_text() == VOCAB
+    again = load_text8(d, source=src, opener=never_called)  # from the cache, memory-mapped
+    assert isinstance(again.train, np.memmap) and np.array_equal(again.test, c.test)
+    for p in d.glob("*.npy"):  # cache gone, text8.zip still there: rebuilt without fetching
+        p.unlink()
+    assert np.array_equal(load_text8(d, source=src, opener=never_called).valid, c.valid)
+
+
+def test_zip_checksum_mismatch_only_warns_when_content_is_right(tmp_path):
+    src, _, _ = fake_text8(tmp_path)
+    src = Text8Source(**{**src.__dict__, "zip_sha256": "f" * 64})  # e.g. a re-zipped mirror
+    with pytest.warns(UserWarning, match="SHA-256"):
+        c = load_text8(tmp_path / "data", source=src, progress=False)
+    assert len(c.train) == 18_000
+
+
+def test_user_placed_unzipped_text8_is_used(tmp_path):
+    src, _, text = fake_text8(tmp_path)
+    d = tmp_path / "data"
+    d.mkdir()
+    (d / "text8").write_bytes(text)
+    c = load_text8(d, source=src, opener=never_called)
+    assert decode(c.test) == text[-1000:].decode()
+
+
+@pytest.mark.filterwarnings("ignore:text8.zip SHA-256")  # the zip check only warns
+@pytest.mark.parametrize("corrupt", ["checksum", "truncated", "not_a_zip"])
+def test_bad_download_raises_and_leaves_nothing(tmp_path, corrupt):
+    src, zpath, _ = fake_text8(tmp_path)
+    if corrupt == "checksum":
+        src = Text8Source(**{**src.__dict__, "text_md5": "0" * 32})
+        match = "MD5"
+    elif corrupt == "truncated":
+        zpath.write_bytes(zpath.read_bytes()[:-100])
+        match = "not a valid zip"
+    else:
+        zpath.write_bytes(b"<html>404 Not Found</html>")
+        match = "not a valid zip"
+    d = tmp_path / "data"
+    with pytest.raises(CorpusError, match=match) as e:
+        load_text8(d, source=src, progress=False)
+    assert "text8-mini" in str(e.value) and str(d) in str(e.value)  # says how to fix it
+    assert files(d) == set()
+
+
+def test_cut_connection_is_reported(tmp_path):
+    src, zpath, _ = fake_text8(tmp_path)
+
+    class Cut(io.BytesIO):  # promises more bytes than it delivers
+        headers = {"Content-Length": str(zpath.stat().st_size + 1000)}
+
+    d = tmp_path / "data"
+    with pytest.raises(CorpusError, match="stopped after"):
+        load_text8(d, source=src, opener=lambda url, timeout: Cut(zpath.read_bytes()),
+                   progress=False)
+    assert files(d) == set()
+
+
+def test_network_error_is_clear(tmp_path):
+    def offline(url, timeout=None):
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    d = tmp_path / "data"
+    with pytest.raises(CorpusError, match="could not download") as e:
+        load_text8(d, opener=offline, progress=False)
+    assert "TXL_CORPUS=text8-mini" in str(e.value) and "text8.zip" in str(e.value)
+    assert files(d) == set()
+
+
+def test_missing_text8_without_download(tmp_path):
+    with pytest.raises(CorpusError, match="download=False"):
+        load_text8(tmp_path, download=False)
+
+
+def test_auto_falls_back_to_mini_in_one_line(tmp_path, capsys):
+    c = load_corpus("auto", data_dir=tmp_path, download=False)
+    assert c.name == "text8-mini"
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "text8-mini" in out
+
+
+def test_env_vars_choose_corpus_and_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TXL_CORPUS", "text8-mini")
+    assert load_corpus("text8").name == "text8-mini"
+    monkeypatch.setenv("TXL_CORPUS", "text8")
+    monkeypatch.setenv("TXL_DATA_DIR", str(tmp_path))
+    with pytest.raises(CorpusError, match=str(tmp_path)):
+        load_corpus("auto", download=False)
+    monkeypatch.delenv("TXL_CORPUS")
+    with pytest.raises(ValueError, match="unknown corpus"):
+        load_corpus("text9")
+
+
+# ---------------------------------------------------------------- text8-mini
+
+
+def test_mini_corpus_loads():
+    c = load_text8_mini()
+    assert isinstance(c, Corpus) and c.vocab == VOCAB and c.vocab_size == 27
+    n = len(c.train) + len(c.valid) + len(c.test)
+    assert 3_000_000 < n < 3_200_000
+    assert len(c.valid) == len(c.test) == round(n * 0.05)
+    assert decode(c.train[:36]) == " anarchism is a political philosophy"
+    assert all(a.dtype == np.uint8 and a.max() < 27 for a in (c.train, c.valid, c.test))
+
+
+def find_fixture():
+    """The gensim test file (or wheel) if this machine has it; see data/README.md."""
+    name = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+    candidates = [os.environ.get("TXL_GENSIM_FIXTURE", ""), str(REPO_DATA / "cache" / name),
+                  f"/tmp/gensim/{name}", *sorted(glob.glob("/tmp/gensim/gensim-*.whl"))]
+    return next((p for p in candidates if p and Path(p).is_file()), None)
+
+
+def test_mini_rebuilds_identically():
+    fixture = find_fixture()
+    if fixture is None:
+        pytest.skip("gensim's enwiki fixture not found; set TXL_GENSIM_FIXTURE to the .bz2 or "
+                    "to a wheel from `pip download --no-deps gensim`")
+    spec = importlib.util.spec_from_file_location("build", REPO_DATA / "build_text8_mini.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    text = build.build_text(build.read_source(fixture))  # checks TEXT_SHA256 itself
+    assert text.encode() == gzip.decompress(MINI_PATH.read_bytes())
+    gz = build.compress(text)
+    if gz != MINI_PATH.read_bytes():
+        pytest.xfail("same text, different gzip bytes: this zlib compresses differently")
+    assert hashlib.sha256(gz).hexdigest() == build.GZ_SHA256
+
+
+# ---------------------------------------------------------------- LMOrderedIterator
+
+
+@pytest.mark.parametrize("n, bsz, tgt_len", [(1000, 4, 32), (1003, 3, 50), (64, 2, 31)])
+def test_eval_iterator_covers_every_token_once_in_order(n, bsz, tgt_len):
+    data = np.random.default_rng(0).integers(0, 27, n).astype(np.uint8)
+    it = LMOrderedIterator(data, bsz, tgt_len, evaluation=True)
+    batches = list(it)
+    assert len(batches) == len(it)
+    cols = data[: n // bsz * bsz].reshape(bsz, -1)  # column b = contiguous piece b of the stream
+    xs = torch.cat([x for x, _ in batches], dim=1)
+    ys = torch.cat([y for _, y in batches], dim=1)
+    assert np.array_equal(xs.numpy(), cols[:, :-1]) and np.array_equal(ys.numpy(), cols[:, 1:])
+    for x, y in batches:
+        assert x.dtype == y.dtype == torch.long and x.shape == y.shape and x.shape[0] == bsz
+        assert x.shape[1] <= tgt_len and x.is_contiguous() and y.is_contiguous()
+        assert torch.equal(x[:, 1:], y[:, :-1])  # targets are inputs shifted by one
+
+
+def test_train_iterator_has_fixed_shapes_and_var_len_still_covers():
+    data = np.arange(1003) % 27
+    train = list(LMOrderedIterator(data, 3, 50))
+    assert len(train) == len(LMOrderedIterator(data, 3, 50)) == 333 // 50
+    assert all(x.shape == (3, 50) for x, _ in train)
+    var = list(LMOrderedIterator(data, 3, 50, var_len=True, seed=1))
+    ys = torch.cat([y for _, y in var], dim=1)
+    assert torch.equal(ys, torch.as_tensor(data[:1002].reshape(3, -1)[:, 1:]))
+    assert len({x.shape[1] for x, _ in var[:-1]}) > 1  # lengths really vary

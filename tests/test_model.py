@@ -1,0 +1,308 @@
+"""Tests of txl_minimal.model against naive references and the paper's properties."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from txl_minimal.model import (TXLConfig, TransformerXL, attention_mask, rel_shift,
+                               sinusoid_table)
+from reference import naive_forward, segment_visibility
+
+torch.set_num_threads(1)
+
+
+def tiny(**overrides) -> TXLConfig:
+    base = dict(vocab_size=27, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32,
+                dropout=0.0, dropatt=0.0, tgt_len=6, mem_len=6)
+    base.update(overrides)
+    return TXLConfig(**base)
+
+
+def make_model(seed: int = 0, **overrides) -> TransformerXL:
+    torch.manual_seed(seed)
+    model = TransformerXL(tiny(**overrides)).double().eval()
+    # Non-trivial biases so every term matters.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model
+
+
+def run_segments(model: TransformerXL, tokens: torch.Tensor, seg_len: int, **kw):
+    """Logits of consecutive segments, memory carried across."""
+    mems, outs = None, []
+    for s in range(0, tokens.size(1), seg_len):
+        out = model(tokens[:, s:s + seg_len], mems, **kw)
+        mems = out.mems
+        outs.append(out.logits)
+    return torch.cat(outs, dim=1)
+
+
+# 1. rel-shift ------------------------------------------------------------------
+@pytest.mark.parametrize("qlen,mlen", [(1, 0), (4, 0), (4, 3), (5, 7), (3, 10)])
+def test_rel_shift_equals_naive_gather(qlen, mlen):
+    torch.manual_seed(qlen * 31 + mlen)
+    klen, d = qlen + mlen, 5
+    q = torch.randn(2, 3, qlen, d)
+    R_by_dist = torch.randn(klen, d)             # row r: encoding of distance r
+    R_layout = R_by_dist.flip(0)                  # the model's order: klen-1 ... 0
+    shifted = rel_shift(q @ R_layout.T)
+    for i in range(qlen):
+        for j in range(klen):
+            if j <= i + mlen:                     # causal part; the rest is masked
+                expected = q[:, :, i] @ R_by_dist[i - j + mlen]
+                torch.testing.assert_close(shifted[:, :, i, j], expected)
+
+
+def test_sinusoid_layout_is_sines_then_cosines():
+    inv_freq = torch.tensor([1.0, 0.5])
+    table = sinusoid_table(torch.tensor([0.0, 2.0]), inv_freq)
+    expected = torch.tensor([[0, 0, 1, 1], [torch.sin(torch.tensor(2.0)), torch.sin(torch.tensor(1.0)),
+                                            torch.cos(torch.tensor(2.0)), torch.cos(torch.tensor(1.0))]])
+    torch.testing.assert_close(table, expected)
+
+
+# 2. the four terms ---------------------------------------------------------------
+def test_four_terms_sum_to_the_score():
+    model = make_model()
+    x = torch.randint(0, 27, (2, 6))
+    mems = model(x).mems
+    out = model(x, mems, return_attn=True, return_terms=True)
+    scale = model.layers[0].dec_attn.scale
+    for terms, prob in zip(out.terms, out.attn):
+        assert set(terms) == {"a", "b", "c", "d"}
+        score = (terms["a"] + terms["b"] + terms["c"] + terms["d"]) * scale
+        masked = torch.isnan(score)
+        assert masked.equal(attention_mask(6, 6, False, 6).expand_as(score))
+        expected = torch.softmax(score.masked_fill(masked, float("-inf")), -1)
+        torch.testing.assert_close(prob, expected)
+
+
+def test_only_term_a_without_u_v_and_wkr():
+    model = make_model()
+    with torch.no_grad():
+        model.r_w_bias.zero_()
+        model.r_r_bias.zero_()
+        for layer in model.layers:
+            layer.dec_attn.r_net.weight.zero_()
+    x = torch.randint(0, 27, (2, 6))
+    out = model(x, model(x).mems, return_attn=True, return_terms=True)
+    for terms, prob in zip(out.terms, out.attn):
+        for name in "bcd":
+            visible = ~torch.isnan(terms[name])
+            assert (terms[name][visible] == 0).all()
+        expected = torch.softmax((terms["a"] * model.layers[0].dec_attn.scale).nan_to_num(nan=float("-inf")), -1)
+        torch.testing.assert_close(prob, expected)
+
+
+# 3. causality --------------------------------------------------------------------
+@pytest.mark.parametrize("attn_type", ["rel", "abs", "shaw"])
+@pytest.mark.parametrize("same_length", [False, True])
+def test_future_tokens_never_change_the_past(attn_type, same_length):
+    model = make_model(attn_type=attn_type, same_length=same_length)
+    torch.manual_seed(1)
+    x = torch.randint(0, 27, (2, 18))
+    base = run_segments(model, x, 6)
+    for t in (0, 4, 7, 13):
+        y = x.clone()
+        y[:, t + 1:] = torch.randint(0, 27, y[:, t + 1:].shape)
+        changed = run_segments(model, y, 6)
+        torch.testing.assert_close(changed[:, :t + 1], base[:, :t + 1], rtol=0, atol=1e-12)
+        assert not torch.allclose(changed[:, t + 1:], base[:, t + 1:])
+
+
+def test_memory_carries_information_across_segments():
+    model = make_model()
+    x = torch.randint(0, 27, (1, 12))
+    y = x.clone()
+    y[0, 2] = (x[0, 2] + 1) % 27                       # change one token of segment 1
+    a, b = run_segments(model, x, 6), run_segments(model, y, 6)
+    assert not torch.allclose(a[:, 6:], b[:, 6:])      # segment 2 sees it through memory
+    no_mem = make_model(mem_len=0)
+    a, b = run_segments(no_mem, x, 6), run_segments(no_mem, y, 6)
+    torch.testing.assert_close(a[:, 6:], b[:, 6:], rtol=0, atol=0)
+
+
+# 4. recurrence equals a banded full-sequence computation ---------------------------
+@pytest.mark.parametrize("seg_len,mem_len", [(4, 4), (4, 6), (5, 3), (3, 0)])
+def test_one_layer_recurrence_equals_banded_mask(seg_len, mem_len):
+    model = make_model(n_layer=1, mem_len=mem_len, tgt_len=seg_len)
+    x = torch.randint(0, 27, (2, 15))
+    seg = run_segments(model, x, seg_len)
+    # The same layer on the whole sequence at once, with the segment-band mask.
+    N = x.size(1)
+    visible = segment_visibility(seg_len, mem_len)
+    mask = torch.tensor([[not visible(t, j) for j in range(N)] for t in range(N)])
+    h = model.word_emb(x) * model.emb_scale
+    R = model.pos_emb(torch.arange(N - 1, -1, -1.0)).double()
+    layer = model.layers[0]
+    h, _, _ = layer(h, None, R, mask, model.r_w_bias, model.r_r_bias)
+    full = h @ model.word_emb.weight.T + model.out_bias
+    torch.testing.assert_close(seg, full)
+
+
+@pytest.mark.parametrize("overrides", [{}, {"mem_len": 8}, {"pre_lnorm": True},
+                                       {"untie_r": True, "n_layer": 3}, {"clamp_len": 3}])
+def test_n_layer_recurrence_equals_naive_reference(overrides):
+    model = make_model(**overrides)
+    x = torch.randint(0, 27, (2, 16))
+    cfg = model.cfg
+    seg = run_segments(model, x, cfg.tgt_len)
+    ref = naive_forward(model, x, segment_visibility(cfg.tgt_len, cfg.mem_len))
+    torch.testing.assert_close(seg, ref)
+
+
+def test_longer_memory_at_evaluation_without_rebuilding():
+    model = make_model(mem_len=6)
+    x = torch.randint(0, 27, (1, 24))
+    model.set_lengths(mem_len=18, clamp_len=10)
+    out = model(x[:, :12])
+    assert out.mems[0].shape == (1, 12, 16)
+    seg = run_segments(model, x, 6)
+    ref = naive_forward(model, x, segment_visibility(6, 18))
+    torch.testing.assert_close(seg, ref)
+
+
+# 5. stop-gradient ----------------------------------------------------------------
+def test_no_gradient_reaches_the_previous_segment():
+    model = make_model()
+    model.train()
+    captured = []
+    hook = model.layers[0].register_forward_hook(lambda m, i, o: captured.append(o[0]))
+    x = torch.randint(0, 27, (2, 12))
+    out1 = model(x[:, :6], targets=x[:, :6])
+    assert all(not m.requires_grad for m in out1.mems)
+    out2 = model(x[:, 6:], out1.mems, targets=x[:, 6:])
+    hook.remove()
+    seg1_hidden = captured[0]
+    assert seg1_hidden.requires_grad
+    (grad,) = torch.autograd.grad(out2.loss, seg1_hidden, allow_unused=True)
+    assert grad is None
+    # Sanity check of the check: without the stop-gradient a gradient would flow.
+    live_mems = [model.word_emb(x[:, :6]) * model.emb_scale, seg1_hidden]
+    out3 = model(x[:, 6:], live_mems, targets=x[:, 6:])
+    (grad,) = torch.autograd.grad(out3.loss, seg1_hidden, allow_unused=True)
+    assert grad is not None and grad.abs().sum() > 0
+
+
+# 6. fast path == explicit path ------------------------------------------------------
+@pytest.mark.parametrize("attn_type", ["rel", "abs", "shaw"])
+@pytest.mark.parametrize("with_mem,same_length", [(False, False), (True, False), (True, True)])
+def test_fast_path_equals_explicit_path(attn_type, with_mem, same_length):
+    model = make_model(attn_type=attn_type, same_length=same_length).float()
+    x = torch.randint(0, 27, (2, 6))
+    mems = model(x).mems if with_mem else None
+
+    def run(fast: bool):
+        model.zero_grad()
+        model.fast_attn = fast
+        out = model(x, mems, targets=x)
+        out.loss.backward()
+        return out.logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    (lf, gf), (le, ge) = run(True), run(False)
+    torch.testing.assert_close(lf, le, rtol=1e-5, atol=1e-5)
+    for name in gf:
+        torch.testing.assert_close(gf[name], ge[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_same_length_window_and_no_nan_without_memory():
+    mask = attention_mask(qlen=4, mlen=6, same_length=True, mem_len=5)
+    assert (~mask).sum(-1).tolist() == [5, 5, 5, 5]     # every query sees mem_len keys
+    model = make_model(same_length=True, mem_len=0)
+    out = model(torch.randint(0, 27, (2, 6)))
+    assert torch.isfinite(out.logits).all()
+
+
+def test_bf16_autocast_masked_scores_stay_finite():
+    model = make_model().float()
+    x = torch.randint(0, 27, (2, 6))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for fast in (True, False):
+            model.fast_attn = fast
+            out = model(x, model(x).mems, targets=x)
+            assert torch.isfinite(out.logits).all() and torch.isfinite(out.loss)
+
+
+# 7. generation -------------------------------------------------------------------
+@pytest.mark.parametrize("attn_type,mem_len", [("rel", 64), ("abs", 0), ("shaw", 64)])
+def test_generate_with_memory_equals_full_recomputation(attn_type, mem_len):
+    model = make_model(attn_type=attn_type, mem_len=mem_len, tgt_len=5 if mem_len else 64)
+    prompt = torch.randint(0, 27, (2, 13))
+    fast = model.generate(prompt, 20, temperature=0)
+    seq = prompt
+    for _ in range(20):   # recompute the whole prefix for every new token
+        nxt = model(seq).logits[:, -1].argmax(-1, keepdim=True)
+        seq = torch.cat([seq, nxt], 1)
+    assert fast.equal(seq)
+
+
+def test_generate_sampling_is_reproducible_and_respects_top_k():
+    model = make_model()
+    prompt = torch.randint(0, 27, (8,))
+    g = lambda: torch.Generator().manual_seed(3)
+    a = model.generate(prompt, 30, temperature=1.0, top_k=1, generator=g())
+    assert a.equal(model.generate(prompt, 30, temperature=0))   # top-1 is greedy
+    b = model.generate(prompt, 30, temperature=1.0, generator=g())
+    c = model.generate(prompt, 30, temperature=1.0, generator=g())
+    assert b.equal(c) and b.shape == (38,)
+
+
+# 8. errors -----------------------------------------------------------------------
+@pytest.mark.parametrize("field,value", [("n_layer", 0), ("d_model", -4), ("mem_len", -1),
+                                         ("clamp_len", -2), ("attn_type", "relative"),
+                                         ("dropout", 1.5), ("vocab_size", 2.5)])
+def test_bad_config_names_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        tiny(**{field: value})
+
+
+def test_bad_tokens_give_a_clear_error():
+    model = make_model()
+    with pytest.raises(ValueError, match=r"token ids must be in \[0, 26\]"):
+        model(torch.tensor([[1, 2, 27]]))
+    with pytest.raises(ValueError, match="token ids"):
+        model(torch.tensor([[-1, 2, 3]]))
+    with pytest.raises(ValueError, match="shape"):
+        model(torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match="batch"):
+        model(torch.tensor([[1, 2, 3]]), model(torch.tensor([[1, 2], [3, 4]])).mems)
+    with pytest.raises(ValueError, match="mem_len"):
+        model.set_lengths(mem_len=-3)
+
+
+# 9. interop with the authors' parameter names ------------------------------------------
+@pytest.mark.parametrize("overrides", [{}, {"untie_r": True}, {"tie_weights": False}])
+def test_official_state_dict_round_trip(overrides):
+    model = make_model(**overrides)
+    sd = model.official_state_dict()
+    cfg = model.cfg
+    hd = cfg.n_head * cfg.d_head
+    assert sd["word_emb.emb_layers.0.weight"].shape == (27, cfg.d_model)
+    assert sd["layers.0.dec_attn.qkv_net.weight"].shape == (3 * hd, cfg.d_model)
+    assert sd["layers.1.dec_attn.r_net.weight"].shape == (hd, cfg.d_model)
+    assert sd["layers.1.dec_attn.o_net.weight"].shape == (cfg.d_model, hd)
+    assert sd["layers.0.pos_ff.CoreNet.0.weight"].shape == (cfg.d_inner, cfg.d_model)
+    assert sd["layers.0.pos_ff.CoreNet.3.bias"].shape == (cfg.d_model,)
+    assert "layers.0.pos_ff.layer_norm.weight" in sd and "layers.0.dec_attn.layer_norm.bias" in sd
+    assert sd["crit.out_layers.0.bias"].shape == (27,)
+    assert sd["pos_emb.inv_freq"].shape == (cfg.d_model // 2,)
+    bias_key = "layers.0.dec_attn.r_w_bias" if cfg.untie_r else "r_w_bias"
+    assert sd[bias_key].shape == (cfg.n_head, cfg.d_head)
+    if cfg.tie_weights:
+        assert sd["crit.out_layers.0.weight"].equal(sd["word_emb.emb_layers.0.weight"])
+
+    other = TransformerXL(dataclasses.replace(cfg)).double().eval()
+    other.load_official_state_dict(sd)
+    for (n1, p1), (n2, p2) in zip(model.state_dict().items(), other.state_dict().items()):
+        assert n1 == n2 and p1.equal(p2), n1
+    x = torch.randint(0, 27, (2, 6))
+    assert model(x).logits.equal(other(x).logits)
+
+
+def test_official_state_dict_from_another_config_is_refused():
+    sd = make_model().official_state_dict()
+    with pytest.raises((ValueError, RuntimeError)):
+        make_model(n_layer=3).load_official_state_dict(sd)

@@ -1,0 +1,297 @@
+"""Character-level text8 (the paper's char benchmark) and its small shipped twin.
+
+    corpus = load_corpus("auto")              # text8 if present/downloadable, else text8-mini
+    it = LMOrderedIterator(corpus.train, batch_size=22, tgt_len=512)
+    for x, y in it: ...                       # (batch, seq) LongTensors, y = x shifted by one
+
+text8 is 10^8 characters of cleaned English Wikipedia using 27 symbols: space
+and a-z. Like the authors' `prep_text8.py`, the last 10M characters are held
+out: 5M valid, then 5M test; the first 90M are train.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import tempfile
+import urllib.request
+import warnings
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+
+VOCAB = " abcdefghijklmnopqrstuvwxyz"  # id 0 = space, 1 = a, ..., 26 = z
+VOCAB_SIZE = len(VOCAB)
+REPO_DATA = Path(__file__).resolve().parents[1] / "data"
+MINI_PATH = REPO_DATA / "text8-mini.txt.gz"
+MINI_HINT = "use the bundled corpus instead: TXL_CORPUS=text8-mini (or load_corpus('text8-mini'))"
+
+# byte value -> token id; 255 marks a byte outside the vocabulary
+_BYTE_TO_ID = np.full(256, 255, dtype=np.uint8)
+_BYTE_TO_ID[np.frombuffer(VOCAB.encode(), dtype=np.uint8)] = np.arange(VOCAB_SIZE)
+_ID_TO_BYTE = np.frombuffer(VOCAB.encode(), dtype=np.uint8)
+
+
+class CorpusError(RuntimeError):
+    """A corpus is missing or broken; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class Text8Source:
+    """Where text8 comes from and what it must look like (tests swap in a tiny fake)."""
+
+    url: str = "http://mattmahoney.net/dc/text8.zip"
+    zip_bytes: int = 31_344_016
+    zip_sha256: str = "a6640522afe85d1963ad56c05b0ede0a0c000dddc9671758a6cc09b7a38e5232"
+    text_bytes: int = 100_000_000
+    text_md5: str = "3bea1919949baf155f99411df5fada7e"
+
+
+TEXT8 = Text8Source()
+
+
+def encode(text: str | bytes) -> np.ndarray:
+    """Map text over VOCAB to a uint8 array of ids; any other character is a ValueError."""
+    raw = text.encode("latin-1", "replace") if isinstance(text, str) else text
+    ids = _BYTE_TO_ID[np.frombuffer(raw, dtype=np.uint8)]
+    bad = np.flatnonzero(ids == 255)
+    if bad.size:
+        i = int(bad[0])
+        ch = text[i] if isinstance(text, str) else chr(raw[i])
+        raise ValueError(f"encode: character {ch!r} at position {i} is not in VOCAB {VOCAB!r}")
+    return ids
+
+
+def decode(ids) -> str:
+    """Map ids (list, numpy array or tensor, any device) back to a string."""
+    if isinstance(ids, torch.Tensor):
+        ids = ids.detach().cpu().numpy()
+    ids = np.asarray(ids, dtype=np.int64).ravel()
+    if ids.size and (ids.min() < 0 or ids.max() >= VOCAB_SIZE):
+        raise ValueError(f"decode: ids must lie in [0, {VOCAB_SIZE}), got {ids.min()}..{ids.max()}")
+    return _ID_TO_BYTE[ids].tobytes().decode("ascii")
+
+
+@dataclass(repr=False)
+class Corpus:
+    """Encoded train/valid/test splits (uint8 numpy arrays, possibly memory-mapped)."""
+
+    name: str
+    train: np.ndarray
+    valid: np.ndarray
+    test: np.ndarray
+    vocab: str = VOCAB
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def __repr__(self) -> str:
+        return (f"Corpus({self.name!r}, train={len(self.train):,}, valid={len(self.valid):,}, "
+                f"test={len(self.test):,}, vocab_size={self.vocab_size})")
+
+
+def split_corpus(ids: np.ndarray, heldout_fraction: float = 0.1) -> tuple[np.ndarray, ...]:
+    """Split as prep_text8.py: hold out the END; its first half is valid, the second test."""
+    n, half = len(ids), round(len(ids) * heldout_fraction / 2)  # text8: exactly 5,000,000
+    return ids[: n - 2 * half], ids[n - 2 * half : n - half], ids[n - half :]
+
+
+# ---------------------------------------------------------------------------- files
+
+
+def _atomic_write(path: Path, write: Callable) -> None:
+    """Call write(file) on a temp file next to `path`, then rename: never a half file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _fix_hint(data_dir: Path, src: Text8Source) -> str:
+    return (f"Fix: download {src.url} by hand and put text8.zip (or the unzipped text8) "
+            f"in {data_dir}/ , set TXL_DATA_DIR to where it is, or {MINI_HINT}.")
+
+
+def _unzip_and_check(zip_path: Path, src: Text8Source, data_dir: Path, what: str) -> bytes:
+    """Extract the single text8 member and verify its size and MD5 (what really matters)."""
+    try:
+        with zipfile.ZipFile(zip_path) as zf:
+            text = zf.read(zf.namelist()[0])
+    except (zipfile.BadZipFile, IndexError, EOFError, OSError) as e:
+        raise CorpusError(f"{what} is not a valid zip (truncated or corrupted?): {e}. "
+                          + _fix_hint(data_dir, src)) from e
+    _check_text(text, src, data_dir, what)
+    return text
+
+
+def _check_text(text: bytes, src: Text8Source, data_dir: Path, what: str) -> None:
+    if len(text) != src.text_bytes or hashlib.md5(text).hexdigest() != src.text_md5:
+        raise CorpusError(f"{what} does not contain text8: expected {src.text_bytes:,} bytes with "
+                          f"MD5 {src.text_md5}, got {len(text):,} bytes with MD5 "
+                          f"{hashlib.md5(text).hexdigest()}. " + _fix_hint(data_dir, src))
+
+
+def _download_text8(src: Text8Source, data_dir: Path, opener: Callable, timeout: float,
+                    progress: bool) -> bytes:
+    """Fetch text8.zip to a temp file; it becomes text8.zip only once its content checks out."""
+    from tqdm import tqdm
+
+    dest = data_dir / "text8.zip"
+    fd, tmp = tempfile.mkstemp(dir=data_dir, prefix="text8.zip.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            try:
+                with opener(src.url, timeout=timeout) as r:
+                    total = int(r.headers.get("Content-Length") or 0)  # 0: unknown
+                    with tqdm(total=total or src.zip_bytes, unit="B", unit_scale=True,
+                              desc="text8.zip", disable=not progress) as bar:
+                        while chunk := r.read(1 << 20):
+                            f.write(chunk)
+                            bar.update(len(chunk))
+            except OSError as e:  # URLError, timeouts, refused connections are all OSErrors
+                raise CorpusError(f"could not download {src.url} ({e}). "
+                                  + _fix_hint(data_dir, src)) from e
+        got = os.path.getsize(tmp)
+        if got < total:  # a cut connection; the zip check below would catch it too
+            raise CorpusError(f"download of {src.url} stopped after {got:,} of {total:,} bytes. "
+                              + _fix_hint(data_dir, src))
+        sha = hashlib.sha256(Path(tmp).read_bytes()).hexdigest()
+        if sha != src.zip_sha256:  # only a warning: a re-zipped but identical text8 is fine
+            warnings.warn(f"text8.zip SHA-256 is {sha}, expected {src.zip_sha256}; "
+                          "checking the unzipped content instead")
+        text = _unzip_and_check(Path(tmp), src, data_dir, f"the file downloaded from {src.url}")
+        os.replace(tmp, dest)
+        return text
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def text8_dir(data_dir: str | Path | None = None) -> Path:
+    """Where text8 lives: data_dir, else $TXL_DATA_DIR, else <repo>/data/text8/."""
+    return Path(data_dir or os.environ.get("TXL_DATA_DIR") or REPO_DATA / "text8")
+
+
+def load_text8(data_dir: str | Path | None = None, download: bool = True, *,
+               source: Text8Source = TEXT8, opener: Callable | None = None,
+               timeout: float = 5.0, progress: bool = True) -> Corpus:
+    """Load text8 from the .npy cache; else from text8 / text8.zip in data_dir; else download."""
+    d = text8_dir(data_dir)
+    names = ("train", "valid", "test")
+    cache = [d / f"text8.{n}.npy" for n in names]
+    vocab_file = d / "text8.vocab.txt"
+    if all(p.exists() for p in cache) and vocab_file.exists():
+        arrays = [np.load(p, mmap_mode="r") for p in cache]  # mmap: instant, no RAM copy
+        ok = sum(map(len, arrays)) == source.text_bytes and vocab_file.read_text() == VOCAB
+        if ok and all(a.dtype == np.uint8 for a in arrays):
+            return Corpus("text8", *arrays)
+
+    if (d / "text8").exists():  # placed by hand, already unzipped
+        text = (d / "text8").read_bytes()
+        _check_text(text, source, d, f"{d / 'text8'}")
+    elif (d / "text8.zip").exists():  # placed by hand or downloaded earlier
+        text = _unzip_and_check(d / "text8.zip", source, d, f"{d / 'text8.zip'}")
+    elif download:
+        d.mkdir(parents=True, exist_ok=True)
+        text = _download_text8(source, d, opener or urllib.request.urlopen, timeout, progress)
+    else:
+        raise CorpusError(f"text8 not found in {d}/ and download=False. " + _fix_hint(d, source))
+
+    splits = split_corpus(encode(text))
+    for path, arr in zip(cache, splits):
+        _atomic_write(path, lambda f, a=arr: np.save(f, a))
+    _atomic_write(vocab_file, lambda f: f.write(VOCAB.encode()))  # written last: marks done
+    return Corpus("text8", *[np.load(p, mmap_mode="r") for p in cache])
+
+
+def load_text8_mini(path: str | Path = MINI_PATH) -> Corpus:
+    """Load the ~3.1M-character corpus shipped in data/ (built by data/build_text8_mini.py)."""
+    path = Path(path)
+    if not path.exists():
+        raise CorpusError(f"{path} is missing; it ships with the repository (git clone it), "
+                          "or rebuild it with data/build_text8_mini.py")
+    return Corpus("text8-mini", *split_corpus(encode(gzip.decompress(path.read_bytes()))))
+
+
+def load_corpus(name: str = "auto", data_dir: str | Path | None = None,
+                download: bool = True) -> Corpus:
+    """Load "text8", "text8-mini" or "auto" (text8 if present or downloadable, else mini).
+
+    $TXL_CORPUS, when set, overrides `name` (so CI can force text8-mini everywhere).
+    """
+    name = os.environ.get("TXL_CORPUS") or name
+    if name == "text8-mini":
+        return load_text8_mini()
+    if name == "text8":
+        return load_text8(data_dir, download)
+    if name != "auto":
+        raise ValueError(f"unknown corpus {name!r}; use 'text8', 'text8-mini' or 'auto'")
+    try:
+        return load_text8(data_dir, download)
+    except CorpusError as e:
+        reason = str(e).split(". Fix:")[0]
+        print(f"text8 unavailable ({reason}); using text8-mini instead "
+              "(TXL_CORPUS=text8 to insist).")
+        return load_text8_mini()
+
+
+class LMOrderedIterator:
+    """Serve a token stream as in-order segments, batch first, for recurrence memory.
+
+    The stream is cut into `batch_size` contiguous columns (row b of every batch
+    continues row b of the previous one, so mems carry over). Each step yields
+    inputs (batch, L) and targets (batch, L), the same columns shifted by one.
+
+    - training (default): every segment has L = tgt_len; the short tail is dropped.
+    - evaluation=True: the last, shorter segment is kept, so every token of each
+      column (after its first) is predicted exactly once.
+    - var_len=True: the authors' training trick; L ~ N(tgt_len, 5) (and tgt_len/2
+      with p=0.05), clipped to [5, tgt_len + 15]; len() is then only an estimate.
+    """
+
+    def __init__(self, data, batch_size: int, tgt_len: int, device: str | torch.device = "cpu",
+                 evaluation: bool = False, var_len: bool = False, seed: int = 0):
+        if not isinstance(data, torch.Tensor):
+            data = torch.from_numpy(np.array(data))  # a copy: memmaps are read-only
+        n_step = len(data) // batch_size  # tokens per column; the remainder is dropped
+        if n_step < 2:
+            raise ValueError(f"{len(data)} tokens are too few for batch_size={batch_size}")
+        # (batch, n_step) on the device, still uint8 for text8; .long() happens per segment.
+        self.data = data[: n_step * batch_size].view(batch_size, n_step).to(device)
+        self.batch_size, self.tgt_len = batch_size, tgt_len
+        self.evaluation, self.var_len = evaluation, var_len
+        self.rng = np.random.default_rng(seed)
+
+    def _starts_and_lengths(self) -> Iterator[tuple[int, int]]:
+        n_pred = self.data.size(1) - 1  # positions that have a next token
+        i = 0
+        while i < n_pred:
+            L = self.tgt_len
+            if self.var_len:
+                mean = self.tgt_len if self.rng.random() < 0.95 else self.tgt_len / 2
+                L = int(min(self.tgt_len + 15, max(5, int(self.rng.normal(mean, 5)))))
+            L = min(L, n_pred - i)
+            if L < self.tgt_len and not (self.evaluation or self.var_len):
+                return  # training: keep every batch the same shape
+            yield i, L
+            i += L
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for i, L in self._starts_and_lengths():
+            # .long() of a column slice makes a fresh contiguous tensor (safe to .view()).
+            yield self.data[:, i : i + L].long(), self.data[:, i + 1 : i + 1 + L].long()
+
+    def __len__(self) -> int:
+        n_pred = self.data.size(1) - 1
+        full, rest = divmod(n_pred, self.tgt_len)
+        return full + int(rest > 0 and (self.evaluation or self.var_len))
