@@ -306,3 +306,43 @@ def test_official_state_dict_from_another_config_is_refused():
     sd = make_model().official_state_dict()
     with pytest.raises((ValueError, RuntimeError)):
         make_model(n_layer=3).load_official_state_dict(sd)
+
+
+# adaptive span (Sukhbaatar et al., 2019) ----------------------------------------------
+def test_span_mask_is_one_then_linear_then_zero():
+    from txl_minimal.model import span_mask
+    z = torch.tensor([10.0, 3.5])
+    dist = torch.arange(0, 60).float()
+    m = span_mask(dist, z, ramp=8)
+    for h, zh in enumerate(z.tolist()):
+        assert (m[h][dist <= zh] == 1).all()
+        assert (m[h][dist >= zh + 8] == 0).all()
+        ramp = (dist > zh) & (dist < zh + 8)
+        torch.testing.assert_close(m[h][ramp], (8 + zh - dist[ramp]) / 8)
+
+
+def test_adaptive_span_gets_gradients_and_trimming_changes_nothing():
+    model = make_model(adaptive_span=True, span_ramp=2, mem_len=12, tgt_len=6, n_layer=2)
+    with torch.no_grad():
+        for i, layer in enumerate(model.layers):
+            layer.dec_attn.span_frac.copy_(torch.tensor([0.1, 0.2]) * (i + 1))
+    x = torch.randint(0, 27, (2, 24))
+    mems = None
+    for s in range(0, 18, 6):
+        mems = model(x[:, s:s + 6], mems).mems
+    assert mems[0].size(1) == 12
+    out = model(x[:, 18:], mems, targets=x[:, 18:])
+    out.loss.backward()
+    for layer in model.layers:
+        g = layer.dec_attn.span_frac.grad
+        assert g is not None and (g != 0).all()
+    # the layer-0 span (0.1, 0.2) * 18 tokens + ramp 2 reaches 6 keys back: memory trimmed
+    assert model.layers[0].dec_attn.trim_memory(mems[0]).size(1) == 6
+    untrimmed = make_model(adaptive_span=True, span_ramp=2, mem_len=12, tgt_len=6, n_layer=2)
+    untrimmed.load_state_dict(model.state_dict())
+    for layer in untrimmed.layers:
+        layer.dec_attn.trim_memory = lambda mem: mem
+    torch.testing.assert_close(untrimmed(x[:, 18:], mems).logits, model(x[:, 18:], mems).logits)
+    # a span penalty is part of the loss
+    plain = model(x[:, 18:], mems, targets=x[:, 18:])
+    assert plain.loss > plain.nll.mean()

@@ -52,6 +52,10 @@ class TXLConfig:
     attn_type: str = "rel"  # "rel" (Transformer-XL), "abs" (vanilla), "shaw"
     untie_r: bool = False  # one (u, v) pair per layer instead of shared
     shaw_max_dist: int = 64  # largest distance with its own learned vector ("shaw")
+    adaptive_span: bool = False  # learn a span z per head (Sukhbaatar et al., 2019)
+    span_ramp: int = 32  # R: width of the soft mask's linear ramp
+    span_init: float = 0.5  # initial z as a fraction of the largest span, tgt_len + mem_len
+    span_loss_coeff: float = 2e-6  # lambda of the L1 penalty on spans (per token of span)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -59,7 +63,7 @@ class TXLConfig:
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first impossible field."""
         for name in ("vocab_size", "n_layer", "n_head", "d_model", "d_head", "d_inner",
-                     "tgt_len", "shaw_max_dist"):
+                     "tgt_len", "shaw_max_dist", "span_ramp"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"TXLConfig.{name} must be a positive integer, got {value!r}")
@@ -73,6 +77,10 @@ class TXLConfig:
                 raise ValueError(f"TXLConfig.{name} must be in [0, 1), got {value!r}")
         if self.attn_type not in ATTN_TYPES:
             raise ValueError(f"TXLConfig.attn_type must be one of {ATTN_TYPES}, got {self.attn_type!r}")
+        if not 0.0 <= self.span_init <= 1.0:
+            raise ValueError(f"TXLConfig.span_init must be in [0, 1], got {self.span_init!r}")
+        if self.adaptive_span and self.attn_type != "rel":
+            raise ValueError("TXLConfig.adaptive_span needs attn_type='rel'")
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -146,6 +154,16 @@ def attention_mask(qlen: int, mlen: int, same_length: bool, mem_len: int,
     return mask
 
 
+def span_mask(dist: torch.Tensor, z: torch.Tensor, ramp: int) -> torch.Tensor:
+    """Adaptive span's soft mask m_z(x) = clamp((R + z - x) / R, 0, 1).
+
+    dist: distances x (any shape); z: spans (n_head,). Returns (n_head, *dist.shape):
+    1 up to distance z, 0 beyond z + R, linear in between (so z gets a gradient).
+    """
+    z = z.view(-1, *([1] * dist.dim()))
+    return ((ramp + z - dist) / ramp).clamp(0.0, 1.0)
+
+
 # --------------------------------------------------------------------------
 # 3.3 + 3.4 Relative multi-head attention
 # --------------------------------------------------------------------------
@@ -178,6 +196,19 @@ class RelMultiHeadAttn(nn.Module):
                 self.r_r_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))  # v
         elif cfg.attn_type == "shaw":
             self.r_emb = nn.Parameter(torch.zeros(cfg.shaw_max_dist + 1, cfg.d_head))
+        if cfg.adaptive_span:  # z, stored as a fraction of the largest span
+            self.span_frac = nn.Parameter(torch.full((cfg.n_head,), cfg.span_init))
+
+    def spans(self) -> torch.Tensor:
+        """z per head in tokens (adaptive span only)."""
+        return self.span_frac.clamp(0.0, 1.0) * (self.cfg.tgt_len + self.cfg.mem_len)
+
+    def trim_memory(self, mem: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        """Drop memory that every head's span mask zeroes: beyond max(z) + R."""
+        if mem is None or not self.cfg.adaptive_span:
+            return mem
+        keep = int(math.ceil(float(self.spans().detach().max()) + self.cfg.span_ramp))
+        return mem[:, max(0, mem.size(1) - keep):]
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, H*D) -> (B, H, T, D)."""
@@ -193,6 +224,9 @@ class RelMultiHeadAttn(nn.Module):
         "abs" -> unused. Returns (output, attention probs or None, terms or None).
         """
         qlen = h.size(1)
+        mem = self.trim_memory(mem)  # adaptive span: keys no head can reach cost nothing
+        klen = qlen + (0 if mem is None else mem.size(1))
+        pos, mask = pos[-klen:] if pos is not None else None, mask[:, -klen:]
         # h~ = [SG(m) o h]: memory was detached when it was stored.
         cat = h if mem is None or mem.size(1) == 0 else torch.cat([mem, h], dim=1)
         x = self.layer_norm(cat) if self.cfg.pre_lnorm else cat
@@ -218,7 +252,7 @@ class RelMultiHeadAttn(nn.Module):
             terms = self._score_terms(q, k, r if attn_type != "abs" else None, u, v, mask)
 
         dropatt = self.cfg.dropatt if self.training else 0.0
-        if fast and not return_attn:
+        if fast and not return_attn and not self.cfg.adaptive_span:
             # The same score, by PyTorch's fused kernel: (q+u).k * scale + bias.
             if pos_score is None:
                 bias = mask.logical_not()  # bool: True = may attend
@@ -234,6 +268,11 @@ class RelMultiHeadAttn(nn.Module):
                 score = score + pos_score  # + (b) + (d)
             score = (score * self.scale).masked_fill(mask, _mask_value(score.dtype))
             prob = F.softmax(score.float(), dim=-1).to(val.dtype)
+            if self.cfg.adaptive_span:  # a_ij <- m_z(i-j) a_ij / sum_j m_z(i-j) a_ij
+                query_at = torch.arange(qlen, device=h.device)[:, None] + (klen - qlen)
+                dist = query_at - torch.arange(klen, device=h.device)  # x = i - j
+                prob = prob * span_mask(dist.to(prob.dtype), self.spans().to(prob.dtype), self.cfg.span_ramp)
+                prob = prob / (prob.sum(-1, keepdim=True) + 1e-8)
             out = self.dropatt(prob) @ val
 
         B = h.size(0)
@@ -420,6 +459,9 @@ class TransformerXL(nn.Module):
             out.nll = F.cross_entropy(logits.float().flatten(0, 1), targets.long().flatten(),
                                       reduction="none").view(B, qlen)
             out.loss = out.nll.mean()
+            if cfg.adaptive_span:  # L1 penalty: lambda * sum over layers of the mean span
+                out.loss = out.loss + cfg.span_loss_coeff * sum(
+                    layer.dec_attn.spans().mean() for layer in self.layers)
         return out
 
     # -- generation -------------------------------------------------------
