@@ -211,7 +211,8 @@ def find_fixture():
     """The gensim test file (or wheel) if this machine has it; see data/README.md."""
     name = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
     candidates = [os.environ.get("TXL_GENSIM_FIXTURE", ""), str(REPO_DATA / "cache" / name),
-                  f"/tmp/gensim/{name}", *sorted(glob.glob("/tmp/gensim/gensim-*.whl"))]
+                  f"/tmp/gensim/{name}", *sorted(glob.glob(str(REPO_DATA / "cache" / "gensim-*.whl"))),
+                  *sorted(glob.glob("/tmp/gensim/gensim-*.whl"))]
     return next((p for p in candidates if p and Path(p).is_file()), None)
 
 
