@@ -198,10 +198,12 @@ class RelMultiHeadAttn(nn.Module):
             self.r_emb = nn.Parameter(torch.zeros(cfg.shaw_max_dist + 1, cfg.d_head))
         if cfg.adaptive_span:  # z, stored as a fraction of the largest span
             self.span_frac = nn.Parameter(torch.full((cfg.n_head,), cfg.span_init))
+        # the largest span at construction (training) time: set_lengths must not rescale z
+        self.max_span = cfg.tgt_len + cfg.mem_len
 
     def spans(self) -> torch.Tensor:
         """z per head in tokens (adaptive span only)."""
-        return self.span_frac.clamp(0.0, 1.0) * (self.cfg.tgt_len + self.cfg.mem_len)
+        return self.span_frac.clamp(0.0, 1.0) * self.max_span
 
     def trim_memory(self, mem: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
         """Drop memory that every head's span mask zeroes: beyond max(z) + R."""
