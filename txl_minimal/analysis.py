@@ -1,0 +1,513 @@
+"""Small, tested helpers behind the tutorial notebooks (any checkpoint, any size).
+
+Section 3.3 (the relative attention score):
+  abs_score_terms      the four terms of the vanilla score, from raw tensors
+  staged_score_terms, shift_sensitivity   the score after each change of the paper
+  head_weights         W_q, W_k,E, W_v, W_k,R, u, v of one head of a model
+  rel_score_terms      the four terms of A^rel, pair by pair (no rel-shift)
+  diagonal_spread, column_spread, row_spread   "depends only on i - j" / "same for every query"
+  distance_matrix, position_bias   i - j, and term (d) of every head as a curve
+  attention_on_repeat  why absolute positions cannot tell memory from segment
+  naive_rel_shift, rel_shift_stages the gather that rel_shift replaces, and its steps
+
+Section 3.2 (segment-level recurrence):
+  segment_band_mask    which keys a query sees when the text is read in segments
+  dependency_reach     which inputs can reach which outputs through N layers
+  token_embeddings, band_forward    the recurrent model as one masked forward pass
+  segmentwise_forward  the recurrent model as it really runs, segment by segment
+  input_influence, influence_span   gradient-based dependency of one output
+  capture_layer_inputs, previous_segment_grads   the stop-gradient SG(.)
+  bpc_vs_memory        evaluation bpc as the memory grows (calls train.evaluate)
+
+  source_lines         the lines of a function that implement an equation, to print
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+from typing import Callable, Iterator, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from .model import TransformerXL, sinusoid_table
+
+# ----------------------------------------------------------------------------
+# 3.3 The score, term by term
+# ----------------------------------------------------------------------------
+
+
+def abs_score_terms(e_q: torch.Tensor, u_q: torch.Tensor, e_k: torch.Tensor, u_k: torch.Tensor,
+                    w_q: torch.Tensor, w_k: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The four terms of A^abs_ij = (E_xi + U_i)^T W_q^T W_k (E_xj + U_j).
+
+    e_q, u_q: (T_q, d) word and position embeddings of the queries; e_k, u_k:
+    (T_k, d) those of the keys; w_q, w_k: (d_head, d). Returns a dict of
+    (T_q, T_k) matrices: "a" E^T Wq^T Wk E, "b" E^T Wq^T Wk U, "c" U^T Wq^T Wk E,
+    "d" U^T Wq^T Wk U. Their sum is the full score.
+    """
+    qe, qu = e_q @ w_q.T, u_q @ w_q.T
+    ke, ku = e_k @ w_k.T, u_k @ w_k.T
+    return {"a": qe @ ke.T, "b": qe @ ku.T, "c": qu @ ke.T, "d": qu @ ku.T}
+
+
+def head_weights(model: TransformerXL, layer: int, head: int) -> dict[str, torch.Tensor]:
+    """The projections of one head, named as in the paper.
+
+    Returns "w_q", "w_kE", "w_v" (d_head, d_model) from ``qkv_net`` and, for
+    attn_type "rel", "w_kR" (d_head, d_model) from ``r_net`` and the global
+    biases "u", "v" (d_head,) (shared across layers unless ``untie_r``).
+    """
+    cfg = model.cfg
+    att = model.layers[layer].dec_attn
+    D, hd = cfg.d_head, cfg.n_head * cfg.d_head
+    rows = slice(head * D, (head + 1) * D)
+    w_q, w_k, w_v = att.qkv_net.weight.split(hd, dim=0)
+    out = {"w_q": w_q[rows], "w_kE": w_k[rows], "w_v": w_v[rows]}
+    if cfg.attn_type == "rel":
+        u = att.r_w_bias if cfg.untie_r else model.r_w_bias
+        v = att.r_r_bias if cfg.untie_r else model.r_r_bias
+        out.update(w_kR=att.r_net.weight[rows], u=u[head], v=v[head])
+    return out
+
+
+def staged_score_terms(stage: int, e_q: torch.Tensor, e_k: torch.Tensor, pos_q: torch.Tensor,
+                       pos_k: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor,
+                       inv_freq: torch.Tensor, w_kR: Optional[torch.Tensor] = None,
+                       u: Optional[torch.Tensor] = None, v: Optional[torch.Tensor] = None,
+                       clamp_len: int = 0) -> dict[str, torch.Tensor]:
+    """The four score terms after the first ``stage`` changes of Sec. 3.3.
+
+    stage 0  vanilla: (E_xi + U_i)^T W_q^T W_k (E_xj + U_j)        (``abs_score_terms``)
+    stage 1  U_j -> R_{i-j} in (b) and (d)                         (U_i still there)
+    stage 2  U_i^T W_q^T -> u in (c) and v in (d)                  (needs u, v)
+    stage 3  W_k -> W_k,E for content, W_k,R for R_{i-j}: A^rel    (needs w_kR)
+
+    e_q (T_q, d), e_k (T_k, d): word embeddings / layer inputs; pos_q (T_q,),
+    pos_k (T_k,): absolute positions (U_i = sinusoid of pos_q; i - j = pos_q - pos_k);
+    w_q, w_k: (d_head, d). Returns (T_q, T_k) matrices "a", "b", "c", "d".
+    """
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
+
+    def table(p: torch.Tensor) -> torch.Tensor:
+        return sinusoid_table(p.to(inv_freq.dtype), inv_freq).to(e_q.dtype)
+
+    if stage == 0:
+        return abs_score_terms(e_q, table(pos_q), e_k, table(pos_k), w_q, w_k)
+    if stage >= 2 and (u is None or v is None):
+        raise ValueError("stages 2 and 3 need the global biases u and v")
+    if stage == 3 and w_kR is None:
+        raise ValueError("stage 3 needs w_kR")
+    tq, tk = e_q.size(0), e_k.size(0)
+    dist = pos_q[:, None] - pos_k[None, :]                      # i - j
+    if clamp_len > 0:
+        dist = dist.clamp(max=clamp_len)
+    R = table(dist.flatten()).view(tq, tk, -1)                   # R_{i-j}: (T_q, T_k, d)
+    r = R @ (w_kR if stage == 3 else w_k).T                      # W_k(,R) R_{i-j}
+    q, k = e_q @ w_q.T, e_k @ w_k.T                              # W_q E_xi, W_k(,E) E_xj
+    terms = {"a": q @ k.T, "b": torch.einsum("ih,ijh->ij", q, r)}
+    if stage == 1:
+        qu = table(pos_q) @ w_q.T                                # W_q U_i: absolute query position
+        terms["c"] = qu @ k.T
+        terms["d"] = torch.einsum("ih,ijh->ij", qu, r)
+    else:
+        terms["c"] = (k @ u)[None, :].expand(tq, tk)             # u^T W_k,E E_xj
+        terms["d"] = r @ v                                       # v^T W_k,R R_{i-j}
+    return terms
+
+
+def shift_sensitivity(stage: int, shift: int, e_q: torch.Tensor, e_k: torch.Tensor,
+                      pos_q: torch.Tensor, pos_k: torch.Tensor, **weights) -> dict[str, float]:
+    """max |change| of each term of ``staged_score_terms`` when the same text is
+    moved ``shift`` positions later (e.g. into the next segment). 0 = that term
+    does not care about absolute positions."""
+    before = staged_score_terms(stage, e_q, e_k, pos_q, pos_k, **weights)
+    after = staged_score_terms(stage, e_q, e_k, pos_q + shift, pos_k + shift, **weights)
+    return {n: float((after[n] - before[n]).abs().max()) for n in before}
+
+
+def rel_score_terms(e_q: torch.Tensor, e_k: torch.Tensor, w_q: torch.Tensor, w_kE: torch.Tensor,
+                    w_kR: torch.Tensor, u: torch.Tensor, v: torch.Tensor, inv_freq: torch.Tensor,
+                    clamp_len: int = 0) -> dict[str, torch.Tensor]:
+    """The four terms of A^rel_ij for one head, computed pair by pair with R_{i-j}
+    built per pair (no rel-shift): the paper's equation, literally.
+
+    e_q: (T_q, d) layer inputs of the queries (the segment); e_k: (T_k, d) those
+    of the keys ([memory o segment], T_k >= T_q, the queries are its last T_q
+    rows, so query i sits at key index T_k - T_q + i). Entries with j > i (the
+    future) are NaN, as in ``TXLOutput.terms``. Unscaled (no 1/sqrt(d_head)).
+    """
+    tq, tk = e_q.size(0), e_k.size(0)
+    pos_q, pos_k = torch.arange(tq) + (tk - tq), torch.arange(tk)
+    terms = staged_score_terms(3, e_q, e_k, pos_q, pos_k, w_q, w_kE, inv_freq, w_kR=w_kR,
+                               u=u, v=v, clamp_len=clamp_len)
+    future = pos_k[None, :] > pos_q[:, None]
+    return {n: t.masked_fill(future, float("nan")) for n, t in terms.items()}
+
+
+def diagonal_spread(m: torch.Tensor) -> float:
+    """max over diagonals (fixed i - j) of (max - min) of the non-NaN entries.
+
+    0 means the matrix depends only on i - j (it is Toeplitz where defined).
+    """
+    m = m.detach()
+    worst = 0.0
+    for off in range(-(m.size(0) - 1), m.size(1)):
+        diag = m.diagonal(off)
+        diag = diag[~torch.isnan(diag)]
+        if diag.numel() > 1:
+            worst = max(worst, float(diag.max() - diag.min()))
+    return worst
+
+
+def column_spread(m: torch.Tensor) -> float:
+    """max over columns (fixed key j) of (max - min) of the non-NaN entries.
+
+    0 means every query i gives key j the same value.
+    """
+    m = m.detach()
+    lo = m.nan_to_num(nan=float("inf")).min(0).values
+    hi = m.nan_to_num(nan=float("-inf")).max(0).values
+    ok = torch.isfinite(lo) & torch.isfinite(hi)
+    return float((hi - lo)[ok].max()) if ok.any() else 0.0
+
+
+def row_spread(m: torch.Tensor, where: Optional[torch.Tensor] = None) -> float:
+    """max over rows (fixed query i) of (max - min) of the non-NaN entries selected by
+    the boolean ``where`` (default: all). 0 means the row is constant there."""
+    m = m.detach()
+    keep = ~torch.isnan(m) if where is None else (~torch.isnan(m) & where)
+    lo = m.masked_fill(~keep, float("inf")).min(-1).values
+    hi = m.masked_fill(~keep, float("-inf")).max(-1).values
+    ok = keep.sum(-1) > 0
+    return float((hi - lo)[ok].max()) if ok.any() else 0.0
+
+
+def distance_matrix(qlen: int, klen: int) -> torch.Tensor:
+    """(qlen, klen) long: i - j for query i (sitting at key index klen - qlen + i) and key j."""
+    return torch.arange(qlen)[:, None] + (klen - qlen) - torch.arange(klen)[None, :]
+
+
+@torch.no_grad()
+def position_bias(model: TransformerXL, layer: int, max_dist: int) -> torch.Tensor:
+    """(n_head, max_dist + 1): term (d) = v^T W_k,R R_k of every head for distances k = 0..max_dist.
+
+    Term (d) depends on nothing else, so this curve IS term (d) (``attn_type="rel"``).
+    """
+    cfg = model.cfg
+    if cfg.attn_type != "rel":
+        raise ValueError("position_bias needs attn_type='rel'")
+    att = model.layers[layer].dec_attn
+    v = att.r_r_bias if cfg.untie_r else model.r_r_bias
+    dist = torch.arange(max_dist + 1, device=v.device, dtype=torch.float32)
+    if cfg.clamp_len > 0:
+        dist = dist.clamp(max=cfg.clamp_len)
+    r = att.r_net(model.pos_emb(dist).to(v.dtype)).view(-1, cfg.n_head, cfg.d_head)
+    return torch.einsum("khd,hd->hk", r, v)
+
+
+def scores_to_probs(terms: dict[str, torch.Tensor], d_head: int) -> torch.Tensor:
+    """softmax_j((a+b+c+d) / sqrt(d_head)) with NaN (masked) entries excluded."""
+    score = sum(terms.values()) / math.sqrt(d_head)
+    return torch.softmax(score.nan_to_num(nan=float("-inf")), dim=-1)
+
+
+@torch.no_grad()
+def attention_on_repeat(model: TransformerXL, segment: torch.Tensor, layer: int = 0) -> torch.Tensor:
+    """Attention probabilities (n_head, L, 2L) of ``layer`` when the segment
+    (1, L) is read twice in a row, the first copy serving as memory.
+
+    Key j (memory) and key L + j (current segment) hold the same token: an
+    absolute-position model gives them identical layer-0 keys. The model's
+    ``mem_len`` is set to L for the call and restored afterwards.
+    """
+    saved = model.cfg.mem_len
+    L = segment.size(1)
+    model.set_lengths(mem_len=L)
+    try:
+        first = model(segment)
+        second = model(segment, first.mems, return_attn=True)
+    finally:
+        model.set_lengths(mem_len=saved)
+    return second.attn[layer][0]
+
+
+# ----------------------------------------------------------------------------
+# 3.3 The rel-shift trick
+# ----------------------------------------------------------------------------
+
+
+def naive_rel_shift(x: torch.Tensor) -> torch.Tensor:
+    """What ``rel_shift`` computes, written as a gather: out[i, j] = x[i, j + qlen - 1 - i].
+
+    x[..., i, c] scores query i against R_{klen-1-c}; out[..., i, j] scores it
+    against R_{mlen+i-j}, the distance to key j. Entries with j > mlen + i
+    (the future) are NaN.
+    """
+    *lead, qlen, klen = x.shape
+    mlen = klen - qlen
+    out = torch.full_like(x, float("nan"))
+    for i in range(qlen):
+        for j in range(mlen + i + 1):
+            out[..., i, j] = x[..., i, j + qlen - 1 - i]
+    return out
+
+
+def rel_shift_stages(x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The three steps of ``rel_shift`` for a 2-D (qlen, klen) matrix.
+
+    "padded" (qlen, klen+1): one zero column on the left; "viewed" (klen+1, qlen):
+    the same memory read with the other shape; "shifted" (qlen, klen): rows
+    1.. of "viewed" read back as (qlen, klen) -- equal to ``rel_shift(x)``.
+    """
+    qlen, klen = x.shape
+    padded = F.pad(x, (1, 0))
+    viewed = padded.reshape(klen + 1, qlen)
+    shifted = viewed[1:].reshape(qlen, klen)
+    return {"input": x, "padded": padded, "viewed": viewed, "shifted": shifted}
+
+
+# ----------------------------------------------------------------------------
+# 3.2 Segment-level recurrence: which inputs can reach which outputs
+# ----------------------------------------------------------------------------
+
+
+def segment_band_mask(n: int, seg_len: int, mem_len: int, same_length: bool = False,
+                      device: torch.device | str | None = None) -> torch.Tensor:
+    """Bool (n, n), True where position t must NOT see position j when a text of n
+    tokens is read in segments of ``seg_len`` with a memory of ``mem_len``.
+
+    Query t sees the last ``mem_len`` positions before its segment and its own
+    segment up to t (with ``same_length``: only the last ``mem_len`` of those).
+    """
+    t = torch.arange(n, device=device)[:, None]
+    j = torch.arange(n, device=device)[None, :]
+    start = (t // seg_len) * seg_len
+    lo = (start - mem_len).clamp(min=0)
+    if same_length and mem_len > 0:
+        lo = torch.maximum(lo, t - mem_len + 1)
+    return ~((j >= lo) & (j <= t))
+
+
+def dependency_reach(n: int, seg_len: int, mem_len: int, n_layer: int) -> torch.Tensor:
+    """Bool (n, n): [t, s] True when input token s can influence output t after
+    ``n_layer`` layers (boolean product of the per-layer visibility).
+
+    Each layer mixes positions only through attention (the feed-forward and the
+    residual are position-wise), so the reach of N layers is V^N with V the
+    visibility of one layer.
+    """
+    visible = (~segment_band_mask(n, seg_len, mem_len)).to(torch.int64)
+    reach = torch.eye(n, dtype=torch.int64)
+    for _ in range(n_layer):
+        reach = ((visible @ reach) > 0).to(torch.int64)
+    return reach.bool()
+
+
+def token_embeddings(model: TransformerXL, tokens: torch.Tensor) -> torch.Tensor:
+    """E_x scaled as the model does (B, N, d_model); pass it to ``band_forward``."""
+    return model.word_emb(tokens.long()) * model.emb_scale
+
+
+def band_forward(model: TransformerXL, embeddings: torch.Tensor, seg_len: int,
+                 mem_len: Optional[int] = None) -> torch.Tensor:
+    """Logits (B, N, V) of the whole sequence in ONE pass, each position seeing
+    exactly what it would see when read segment by segment with memory.
+
+    This is the recurrent model without the stop-gradient: positions of earlier
+    segments are recomputed, not cached, so autograd sees every path. Uses the
+    model's own layers (eval mode; dropout would break the equivalence).
+    ``mem_len`` defaults to ``model.cfg.mem_len``.
+    """
+    cfg = model.cfg
+    mem_len = cfg.mem_len if mem_len is None else mem_len
+    n = embeddings.size(1)
+    x = embeddings
+    dev = x.device
+    if cfg.attn_type == "abs":  # every segment restarts at U_0
+        x = x + model.pos_emb(torch.arange(n, device=dev) % seg_len).to(x.dtype)
+        pos = None
+    elif cfg.attn_type == "rel":
+        dist = torch.arange(n - 1, -1, -1.0, device=dev)
+        if cfg.clamp_len > 0:
+            dist = dist.clamp(max=cfg.clamp_len)
+        pos = model.pos_emb(dist).to(x.dtype)
+    else:
+        pos = torch.arange(n - 1, -1, -1, device=dev).clamp(max=cfg.shaw_max_dist)
+    mask = segment_band_mask(n, seg_len, mem_len, cfg.same_length, device=dev)
+    h = x
+    for layer in model.layers:
+        h, _, _ = layer(h, None, pos, mask, model.r_w_bias, model.r_r_bias, fast=False)
+    weight = model.word_emb.weight if model.out_weight is None else model.out_weight
+    return F.linear(h, weight, model.out_bias)
+
+
+def segmentwise_forward(model: TransformerXL, tokens: torch.Tensor, seg_len: int) -> torch.Tensor:
+    """Logits (B, N, V) computed as the model really runs: segment by segment,
+    carrying ``mems`` (``model.cfg.mem_len`` of them) from one to the next."""
+    mems, outs = None, []
+    for s in range(0, tokens.size(1), seg_len):
+        out = model(tokens[:, s:s + seg_len], mems)
+        mems = out.mems
+        outs.append(out.logits)
+    return torch.cat(outs, dim=1)
+
+
+def input_influence(model: TransformerXL, tokens: torch.Tensor, position: int, seg_len: int,
+                    mem_len: Optional[int] = None, seed: int = 0) -> torch.Tensor:
+    """(N,) size of d logit_position / d E_{x_s} for every input position s.
+
+    Differentiates a fixed random projection of the output logits at
+    ``position`` through ``band_forward`` (so through every segment, which the
+    stop-gradient would hide). An entry is exactly 0 when no attention path
+    links s to ``position`` (masked probabilities are exactly 0).
+    """
+    emb = token_embeddings(model, tokens).detach().requires_grad_(True)
+    logits = band_forward(model, emb, seg_len, mem_len)
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(logits.size(-1), generator=g).to(logits)
+    (logits[:, position] @ w).sum().backward()
+    return emb.grad.norm(dim=-1).sum(0)
+
+
+def influence_span(influence: torch.Tensor, position: int) -> int:
+    """How far back the dependency reaches: ``position - earliest s`` with a
+    non-zero influence (0 when only the position itself matters)."""
+    nz = torch.nonzero(influence[: position + 1] != 0).flatten()
+    return int(position - nz.min()) if nz.numel() else 0
+
+
+# ----------------------------------------------------------------------------
+# 3.2 The stop-gradient SG(.)
+# ----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def capture_layer_inputs(model: TransformerXL) -> Iterator[list[torch.Tensor]]:
+    """Record h^{n-1}, the input of every layer n, during the forward passes run
+    inside the ``with`` block (what the memory of that layer is made of). The
+    tensors keep their autograd graph."""
+    captured: list[torch.Tensor] = []
+    hooks = [layer.register_forward_pre_hook(lambda m, args: captured.append(args[0]))
+             for layer in model.layers]
+    try:
+        yield captured
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+def previous_segment_grads(model: TransformerXL, seg1: torch.Tensor, seg2: torch.Tensor,
+                           targets2: torch.Tensor, stop_gradient: bool = True
+                           ) -> list[Optional[torch.Tensor]]:
+    """d loss(segment 2) / d h^{n-1}_tau for every layer n: the gradient that reaches
+    the previous segment's hidden states.
+
+    ``stop_gradient=True`` runs the model as it is (memory detached: every entry
+    is None). ``False`` builds the memory from the same hidden states without
+    detaching them -- what training would do without SG(.).
+    """
+    with capture_layer_inputs(model) as hidden1:
+        out1 = model(seg1)
+    mem_len = model.cfg.mem_len
+    mems = out1.mems if stop_gradient else [h[:, -mem_len:] for h in hidden1]
+    out2 = model(seg2, mems, targets=targets2)
+    return list(torch.autograd.grad(out2.loss, hidden1, allow_unused=True))
+
+
+# ----------------------------------------------------------------------------
+# Evaluation with a longer memory
+# ----------------------------------------------------------------------------
+
+
+def bpc_vs_memory(model: TransformerXL, data, mem_lens: Sequence[int],
+                  evaluate: Optional[Callable[..., dict]] = None, **eval_kwargs) -> list[float]:
+    """bpc of ``data`` for each evaluation memory length in ``mem_lens``.
+
+    Calls ``evaluate(model, data, mem_len=m, **eval_kwargs)`` (default:
+    ``txl_minimal.train.evaluate``, which restores the model's lengths).
+    """
+    if evaluate is None:
+        from .train import evaluate
+    return [float(evaluate(model, data, mem_len=m, **eval_kwargs)["bpc"]) for m in mem_lens]
+
+
+# ----------------------------------------------------------------------------
+# 3.1 Context fragmentation and the cost of the vanilla evaluation (notebook 01)
+# ----------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def segment_position_nll(model: TransformerXL, data, tgt_len: Optional[int] = None,
+                         mem_len: Optional[int] = None) -> torch.Tensor:
+    """NLL (nats) of every prediction, as a (n_segments, tgt_len) matrix: row k,
+    column i is the prediction made at position i of segment k.
+
+    ``data`` (token ids) is read as ONE stream, in segments of ``tgt_len``, with
+    the memory carried from segment to segment as in ``train.evaluate``;
+    ``mem_len=0`` starts every segment from scratch (the vanilla evaluation
+    whose first positions have no context). Only full segments are scored.
+    Lengths left as None keep the model's; they are restored afterwards.
+    """
+    ids = _as_ids(data)
+    cfg = model.cfg
+    saved = (cfg.tgt_len, cfg.mem_len)
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    try:
+        model.set_lengths(tgt_len=tgt_len, mem_len=mem_len)
+        L = model.cfg.tgt_len
+        n_seg = (len(ids) - 1) // L
+        if n_seg < 1:
+            raise ValueError(f"segment_position_nll needs more than tgt_len={L} tokens, got {len(ids)}")
+        ids = ids[: n_seg * L + 1].to(device)
+        rows, mems = [], None
+        for s in range(0, n_seg * L, L):
+            out = model(ids[None, s:s + L], mems, targets=ids[None, s + 1:s + L + 1])
+            rows.append(out.nll[0])
+            mems = out.mems
+    finally:
+        model.set_lengths(*saved)
+        model.train(was_training)
+    return torch.stack(rows).cpu()
+
+
+def _as_ids(data) -> torch.Tensor:
+    """A LongTensor copy of token ids given as a list, numpy array, memmap or tensor."""
+    if isinstance(data, torch.Tensor):
+        return data.detach().cpu().long().clone()
+    import numpy as np
+
+    return torch.from_numpy(np.array(data, dtype=np.int64))
+
+
+def throughput(runs: dict, repeats: int = 3) -> dict:
+    """Predictions per second of named runs: ``{name: (fn, n_predictions)}`` ->
+    ``{name: n_predictions / fastest time of fn()}``.
+
+    The runs are interleaved (a, b, ..., a, b, ...) ``repeats`` times and the
+    fastest time of each is kept, so a slow spell on a shared machine slows
+    every run rather than one of them, and ratios between runs stay meaningful.
+    """
+    import time
+
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    best = {name: math.inf for name in runs}
+    for _ in range(repeats):
+        for name, (fn, _n) in runs.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return {name: n / max(best[name], 1e-12) for name, (_fn, n) in runs.items()}
+
+
+def source_lines(obj, patterns: Sequence[str]) -> list[tuple[int, str]]:
+    """(line number in its file, line) of every source line of ``obj`` (a function,
+    method or class) that contains one of ``patterns``: to print the code that
+    implements an equation next to it."""
+    lines, start = inspect.getsourcelines(obj)
+    return [(start + k, line.rstrip()) for k, line in enumerate(lines) if any(p in line for p in patterns)]

@@ -1,0 +1,339 @@
+"""Where does each head look? Attention over [memory o segment], as in the paper's appendix.
+
+Dai et al. (2019), Appendix C, visualise a trained Transformer-XL: the average
+attention of every head on every relative distance over the memory, the attention
+matrices of the heads that reach farthest, and the four terms (a)-(d) of the score.
+These helpers extract the same quantities from any trained ``TransformerXL``
+(any size, any checkpoint), so they work on a coursework model as on the shipped one.
+
+  read_with_memory         read a text segment by segment; keep the attention of the last ones
+  SegmentAttention         what one segment attended to: probabilities, terms, mask, key tokens
+  attention_by_distance    average attention on each relative distance i - j (heads x distance)
+  mean_attention_distance  attention-weighted mean distance of each head (query_distance: per query)
+  mean_by_token            a per-query number grouped by the query's character
+  attention_by_token_pair  which characters a head looks at, for each character it reads
+  attention_mass_beyond    share of attention on keys at least ``min_dist`` tokens back
+  memory_share             share of attention on the memory keys
+  normalized_entropy       entropy / log(number of visible keys): 1 uniform, 0 one key
+  row_overlap              how much the queries share their focus (1 same keys, 0 disjoint)
+  farthest_heads           heads ranked by a per-head score, largest first
+  term_attention_by_distance   softmax of one score term alone, averaged by distance
+  profile_entropy, log_correlation   compare by-distance profiles (flatness, shape)
+  best_key_window          the window of keys holding most of some queries' attention
+  top_keys, char_labels, context_snippet   text to put next to the numbers
+
+Shapes: attention probabilities are ``(..., qlen, klen)`` with klen = mlen + qlen,
+query i sitting at key index mlen + i, so the distance of key j is mlen + i - j
+(``analysis.distance_matrix``). Masks are boolean ``(qlen, klen)``, True = hidden.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from .analysis import distance_matrix, scores_to_probs
+from .data import decode
+from .model import TransformerXL, attention_mask
+
+SPACE = "\u2423"  # "open box", how the tick labels show a space
+
+
+# ----------------------------------------------------------------------------- extraction
+
+@dataclass
+class SegmentAttention:
+    """The attention of one segment read with memory (batch element 0).
+
+    attn: (n_layer, n_head, qlen, klen) probabilities over [memory o segment].
+    terms: per layer a dict "a", "b", "c", "d" of (n_head, qlen, klen) unscaled
+        score terms, NaN where masked (None unless asked for).
+    mask: (qlen, klen) bool, True where query i may not see key j.
+    key_ids: (klen,) token ids read at each key position (the queries are the last qlen).
+    start: index in the text of the segment's first token (key 0 is at start - mlen).
+    """
+
+    attn: torch.Tensor
+    mask: torch.Tensor
+    key_ids: torch.Tensor
+    start: int
+    terms: Optional[list[dict[str, torch.Tensor]]] = None
+
+    @property
+    def qlen(self) -> int:
+        return self.attn.size(-2)
+
+    @property
+    def klen(self) -> int:
+        return self.attn.size(-1)
+
+    @property
+    def mlen(self) -> int:
+        return self.klen - self.qlen
+
+    @property
+    def query_ids(self) -> torch.Tensor:
+        return self.key_ids[self.mlen:]
+
+    def distances(self) -> torch.Tensor:
+        """(qlen, klen) long: i - j in tokens (negative = future)."""
+        return distance_matrix(self.qlen, self.klen)
+
+
+def _left_pad(x: torch.Tensor, klen: int, value: float) -> torch.Tensor:
+    """Pad the key axis on the left to ``klen``: with adaptive span a layer drops the
+    memory no head can reach, so its attention covers only the last keys."""
+    return torch.nn.functional.pad(x, (klen - x.size(-1), 0), value=value)
+
+
+@torch.no_grad()
+def read_with_memory(model: TransformerXL, ids, tgt_len: int, mem_len: int,
+                     clamp_len: Optional[int] = None, same_length: Optional[bool] = None,
+                     n_keep: int = 1, terms: bool = False) -> list[SegmentAttention]:
+    """Read ``ids`` (1-D text) in segments of ``tgt_len`` with a memory of ``mem_len``
+    and return the attention of the last ``n_keep`` full segments.
+
+    The segments before them only fill the memory: give at least
+    ``ceil(mem_len / tgt_len) + n_keep`` segments of text for a full memory.
+    ``terms=True`` also keeps the four score terms. The model's lengths and train/eval
+    mode are restored afterwards; runs in eval mode (no dropout). With adaptive span,
+    memory a layer drops gets probability 0 (terms NaN).
+    """
+    ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))
+    if ids.dim() != 1:
+        raise ValueError(f"ids must be 1-D (one text), got shape {tuple(ids.shape)}")
+    n_seg = len(ids) // tgt_len
+    if not 1 <= n_keep <= n_seg:
+        raise ValueError(f"{len(ids)} tokens make {n_seg} segments of {tgt_len}; n_keep={n_keep} "
+                         "must be between 1 and that")
+    device = next(model.parameters()).device
+    cfg = model.cfg
+    saved = (cfg.tgt_len, cfg.mem_len, cfg.clamp_len, cfg.same_length)
+    was_training = model.training
+    model.eval()
+    kept, mems = [], None
+    try:
+        model.set_lengths(tgt_len, mem_len, clamp_len, same_length)
+        for s in range(n_seg):
+            start = s * tgt_len
+            seg = ids[start:start + tgt_len].to(device)[None]
+            keep = s >= n_seg - n_keep
+            out = model(seg, mems, return_attn=keep, return_terms=keep and terms)
+            if keep:
+                mlen = 0 if mems is None else mems[0].size(1)
+                klen = mlen + tgt_len
+                mask = attention_mask(tgt_len, mlen, model.cfg.same_length, model.cfg.mem_len)
+                kept.append(SegmentAttention(
+                    attn=torch.stack([_left_pad(a[0], klen, 0.0) for a in out.attn]).float().cpu(),
+                    mask=mask.cpu(), key_ids=ids[start - mlen:start + tgt_len].clone(), start=start,
+                    terms=[{k: _left_pad(t[0], klen, float("nan")).float().cpu() for k, t in d.items()}
+                           for d in out.terms] if terms else None))
+            mems = out.mems
+    finally:
+        model.set_lengths(*saved)
+        model.train(was_training)
+    return kept
+
+
+# ----------------------------------------------------------------------------- statistics
+
+def _visible(qlen: int, klen: int, mask: Optional[torch.Tensor], device=None) -> torch.Tensor:
+    """(qlen, klen) bool: pairs a query can see (not masked, not in the future)."""
+    vis = distance_matrix(qlen, klen).to(device) >= 0
+    if mask is not None:
+        vis = vis & ~mask.to(device)
+    return vis
+
+
+def attention_by_distance(attn: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Average attention on each relative distance: the paper's heads x distance map.
+
+    attn: (..., qlen, klen) probabilities; mask: (qlen, klen), True = hidden (default:
+    only the future is hidden). Entry d of the result is the mean, over the queries
+    that can see a key at distance d, of the probability they put on that key.
+    Returns (..., D) with D = 1 + the largest visible distance; NaN where no query
+    sees that distance. With ``same_length`` every query sees the same distances and
+    the result sums to 1 over d.
+    """
+    qlen, klen = attn.shape[-2:]
+    vis = _visible(qlen, klen, mask, attn.device)
+    dist = distance_matrix(qlen, klen).to(attn.device).clamp(min=0)
+    D = int(dist[vis].max()) + 1
+    index = dist.flatten().expand(*attn.shape[:-2], qlen * klen)
+    total = attn.new_zeros(*attn.shape[:-2], klen)
+    total.scatter_add_(-1, index, (attn * vis).flatten(-2))
+    count = torch.bincount(dist[vis].flatten(), minlength=klen).to(attn.dtype)
+    out = total / count
+    out[..., count == 0] = float("nan")
+    return out[..., :D]
+
+
+def query_distance(attn: torch.Tensor) -> torch.Tensor:
+    """(..., qlen) how far back each query looks: sum_j p_ij (i - j)."""
+    qlen, klen = attn.shape[-2:]
+    dist = distance_matrix(qlen, klen).to(attn.device).clamp(min=0).to(attn.dtype)
+    return (attn * dist).sum(-1)
+
+
+def mean_attention_distance(attn: torch.Tensor) -> torch.Tensor:
+    """(...,) attention-weighted mean distance sum_j p_ij (i - j), averaged over queries."""
+    return query_distance(attn).mean(-1)
+
+
+def mean_by_token(values: torch.Tensor, ids: torch.Tensor, n_tokens: int,
+                  min_count: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Group per-query ``values`` by the query's token: (mean (n_tokens,), count (n_tokens,)).
+
+    values, ids: the same shape (e.g. (segments, qlen) from ``query_distance`` of one head
+    and ``SegmentAttention.query_ids``). Means of tokens seen fewer than ``min_count``
+    times are NaN. Shows whether a head's reach depends on the character it reads.
+    """
+    if values.shape != ids.shape:
+        raise ValueError(f"values {tuple(values.shape)} and ids {tuple(ids.shape)} must have one shape")
+    ids = ids.flatten().long()
+    count = torch.bincount(ids, minlength=n_tokens)[:n_tokens]
+    total = torch.zeros(n_tokens, dtype=torch.float64).index_add_(0, ids, values.flatten().double())
+    mean = (total / count.clamp(min=1)).to(values.dtype)
+    mean[count < max(1, min_count)] = float("nan")
+    return mean, count
+
+
+def attention_mass_beyond(attn: torch.Tensor, min_dist: int) -> torch.Tensor:
+    """(...,) share of each query's attention on keys at distance >= ``min_dist``,
+    averaged over queries. With ``min_dist = tgt_len`` every such key is in the memory."""
+    qlen, klen = attn.shape[-2:]
+    far = distance_matrix(qlen, klen).to(attn.device) >= min_dist
+    return (attn * far).sum(-1).mean(-1)
+
+
+def memory_share(attn: torch.Tensor) -> torch.Tensor:
+    """(...,) share of attention on the memory keys (the first klen - qlen), averaged over queries."""
+    qlen, klen = attn.shape[-2:]
+    return attn[..., : klen - qlen].sum(-1).mean(-1)
+
+
+def normalized_entropy(attn: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """(...,) entropy of each query's distribution divided by log(number of keys it sees),
+    averaged over queries: 1 = uniform over everything visible, 0 = a single key.
+    Queries that see only one key are left out."""
+    qlen, klen = attn.shape[-2:]
+    n_vis = _visible(qlen, klen, mask, attn.device).sum(-1)
+    ent = -(attn * attn.clamp_min(1e-30).log()).sum(-1)
+    ok = n_vis > 1
+    return (ent[..., ok] / n_vis[ok].to(attn.dtype).log()).mean(-1)
+
+
+def attention_by_token_pair(attn: torch.Tensor, query_ids: torch.Tensor, key_ids: torch.Tensor,
+                            n_tokens: int, keep: Optional[torch.Tensor] = None,
+                            min_count: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a head looks at, by character: (share (n_tokens, n_tokens), count (n_tokens,)).
+
+    attn: (S, qlen, klen) one head over S segments; query_ids (S, qlen); key_ids (S, klen);
+    keep: (qlen, klen) bool, the keys to count (e.g. distance >= tgt_len: memory only).
+    share[a, b] = the attention a query reading token a puts on kept keys reading token b,
+    averaged over the queries reading a (NaN for tokens read fewer than ``min_count``
+    times). Row a sums to the share of attention on kept keys.
+    """
+    if keep is not None:
+        attn = attn * keep
+    onehot = torch.nn.functional.one_hot(key_ids.long(), n_tokens).to(attn.dtype)  # (S, klen, V)
+    per_query = attn @ onehot  # (S, qlen, V): mass on each key token
+    q = query_ids.flatten().long()
+    count = torch.bincount(q, minlength=n_tokens)[:n_tokens]
+    total = torch.zeros(n_tokens, n_tokens, dtype=torch.float64).index_add_(
+        0, q, per_query.reshape(-1, n_tokens).double())
+    share = (total / count.clamp(min=1)[:, None]).to(attn.dtype)
+    share[count < max(1, min_count)] = float("nan")
+    return share, count
+
+
+def row_overlap(attn: torch.Tensor) -> torch.Tensor:
+    """(...,) how much the queries share their focus: the mean, over pairs of distinct
+    queries, of sum_j min(p_ij, p_i'j) (= 1 - total variation distance). 1 = every
+    query attends the same keys in the same way; 0 = no two queries share a key.
+    Separates the paper's "sparse, shared" heads from its "target-specific" ones."""
+    n = attn.size(-2)
+    if n < 2:
+        raise ValueError("row_overlap needs at least two queries")
+    p = attn.double()
+    tv = 0.5 * torch.cdist(p, p, p=1.0)  # (..., n, n), 0 on the diagonal
+    off_diagonal = (1.0 - tv).sum((-1, -2)) - n  # drop the n pairs (i, i), overlap 1 each
+    return (off_diagonal / (n * (n - 1))).to(attn.dtype)
+
+
+def farthest_heads(score: torch.Tensor, k: int = 3) -> list[tuple[int, int]]:
+    """The ``k`` (layer, head) pairs with the largest ``score`` (n_layer, n_head),
+    largest first; ties keep the lower layer/head first."""
+    n_head = score.size(-1)
+    order = torch.argsort(score.flatten(), descending=True, stable=True)[:k]
+    return [(int(i) // n_head, int(i) % n_head) for i in order]
+
+
+def term_attention_by_distance(terms: dict[str, torch.Tensor], d_head: int,
+                               mask: Optional[torch.Tensor] = None,
+                               names: Sequence[str] = ("a", "b", "d")) -> dict[str, torch.Tensor]:
+    """The paper's per-term view: softmax over the visible keys of ONE term alone
+    (scaled by 1/sqrt(d_head)), averaged by distance. terms: (..., qlen, klen) with
+    NaN where masked, as ``TXLOutput.terms``. Returns name -> (..., D)."""
+    return {n: attention_by_distance(scores_to_probs({n: terms[n]}, d_head), mask) for n in names}
+
+
+def profile_entropy(profile: torch.Tensor) -> torch.Tensor:
+    """(...,) entropy of a by-distance profile (..., D) over its D distances, divided by
+    log D: 1 = flat over all distances, 0 = one distance only. NaN entries are skipped."""
+    p = profile.nan_to_num(0.0)
+    p = p / p.sum(-1, keepdim=True)
+    ent = -(p * p.clamp_min(1e-30).log()).sum(-1)
+    return ent / math.log(profile.size(-1))
+
+
+def log_correlation(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """(...,) Pearson correlation of log x and log y along the last axis: how alike two
+    by-distance profiles are in shape, small values weighing as much as large ones."""
+    lx, ly = x.clamp_min(1e-30).log(), y.clamp_min(1e-30).log()
+    lx, ly = lx - lx.mean(-1, keepdim=True), ly - ly.mean(-1, keepdim=True)
+    return (lx * ly).sum(-1) / (lx.norm(dim=-1) * ly.norm(dim=-1))
+
+
+def best_key_window(attn: torch.Tensor, queries: Sequence[int] | slice, width: int) -> int:
+    """First key index of the ``width`` consecutive keys that hold the most attention
+    of the given queries. attn: (qlen, klen) for one head."""
+    klen = attn.size(-1)
+    if not 1 <= width <= klen:
+        raise ValueError(f"width must be in [1, {klen}], got {width}")
+    col = attn[queries].sum(0)
+    csum = torch.cat([col.new_zeros(1), col.cumsum(0)])
+    sums = csum[width:] - csum[:-width]  # sums[s] = col[s:s+width].sum()
+    return int(torch.argmax(sums))  # first maximum
+
+
+# ----------------------------------------------------------------------------- text
+
+def char_labels(ids, space: str = SPACE) -> list[str]:
+    """One tick label per token: the character, a space shown as ``space``."""
+    return [space if c == " " else c for c in decode(ids)]
+
+
+def context_snippet(ids, pos: int, width: int = 8) -> str:
+    """The text around token ``pos`` with that token in brackets: 'the br[i]tish'."""
+    ids = np.asarray(ids).ravel()
+    lo, hi = max(0, pos - width), min(len(ids), pos + width + 1)
+    return decode(ids[lo:pos]) + "[" + decode(ids[pos:pos + 1]) + "]" + decode(ids[pos + 1:hi])
+
+
+def top_keys(seg: SegmentAttention, layer: int, head: int, query: int,
+             k: int = 5) -> list[tuple[int, int, float]]:
+    """The ``k`` keys query ``query`` attends most in one head: (key index, distance, prob)."""
+    row = seg.attn[layer, head, query]
+    probs, keys = torch.topk(row, k)
+    return [(int(j), seg.mlen + query - int(j), float(p)) for p, j in zip(probs, keys)]
+
+
+__all__ = ["SPACE", "SegmentAttention", "read_with_memory", "attention_by_distance",
+           "query_distance", "mean_attention_distance", "mean_by_token", "attention_by_token_pair",
+           "attention_mass_beyond", "memory_share", "normalized_entropy", "row_overlap",
+           "farthest_heads", "term_attention_by_distance", "profile_entropy", "log_correlation",
+           "best_key_window", "char_labels", "context_snippet", "top_keys"]

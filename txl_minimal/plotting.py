@@ -1,0 +1,373 @@
+"""Matplotlib figures for the tutorial notebooks (no seaborn; any checkpoint).
+
+Every function draws into a new figure sized for a notebook, gives it titles and
+axis labels, and returns the ``Figure``; the caller decides when to ``plt.show()``.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from .analysis import rel_shift_stages
+
+WIDTH = 10.0  # inches: the width of a notebook cell
+
+
+def _np(x) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        x = x.detach().float().cpu().numpy()
+    return np.asarray(x, dtype=float)
+
+
+def heatmap(ax: Axes, m, title: str, xlabel: str = "key position j",
+            ylabel: str = "query position i", cmap: str = "viridis",
+            cbar_label: Optional[str] = None, center: bool = False, **imshow_kw):
+    """imshow of a 2-D matrix; NaN (masked) cells light grey; a colorbar.
+
+    ``center=True`` uses a diverging colormap symmetric around 0.
+    """
+    a = _np(m)
+    cm = plt.get_cmap("RdBu_r" if center else cmap).with_extremes(bad="#e0e0e0")
+    if center:
+        lim = float(np.nanmax(np.abs(a))) if np.isfinite(a).any() else 1.0
+        imshow_kw.setdefault("vmin", -lim)
+        imshow_kw.setdefault("vmax", lim)
+    im = ax.imshow(np.ma.masked_invalid(a), cmap=cm, aspect="auto", interpolation="nearest", **imshow_kw)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    cb = ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.03)
+    if cbar_label:
+        cb.set_label(cbar_label)
+    return im
+
+
+def plot_heatmaps(mats: Mapping[str, object], suptitle: str, xlabel: str = "key position j",
+                  ylabel: str = "query position i", cbar_label: Optional[str] = None,
+                  center: bool = False, height: float = 3.5) -> Figure:
+    """One row of heatmaps, one per (title, matrix) item."""
+    fig, axes = plt.subplots(1, len(mats), figsize=(WIDTH, height), squeeze=False)
+    for ax, (title, m) in zip(axes[0], mats.items()):
+        heatmap(ax, m, title, xlabel, ylabel if ax is axes[0, 0] else "", cbar_label=cbar_label,
+                center=center)
+    fig.suptitle(suptitle)
+    fig.tight_layout()
+    return fig
+
+
+TERM_TITLES = {"a": "(a) content", "b": "(b) content-dep. position",
+               "c": "(c) global content bias", "d": "(d) global position bias"}
+
+
+def plot_score_terms(terms: Mapping[str, object], suptitle: str) -> Figure:
+    """The four terms (a)-(d) of one head as four heatmaps (unscaled scores)."""
+    mats = {TERM_TITLES.get(k, k): v for k, v in terms.items()}
+    return plot_heatmaps(mats, suptitle, cbar_label="score (unscaled)", center=True)
+
+
+def plot_sinusoids(R, title: str = "Sinusoid encodings $R_k$ (fixed, not learned)") -> Figure:
+    """The table R (one row per distance k, sines then cosines)."""
+    fig, ax = plt.subplots(figsize=(WIDTH, 3.5))
+    heatmap(ax, R, title, xlabel="dimension (sines | cosines)", ylabel="distance k = i - j",
+            cbar_label="value", center=True)
+    fig.tight_layout()
+    return fig
+
+
+def plot_position_bias(bias, layer: int, train_klen: Optional[int] = None) -> Figure:
+    """Term (d), v^T W_k,R R_k, of every head against the distance k (one line per head);
+    ``train_klen`` marks the longest distance seen in training (mem_len + tgt_len - 1)."""
+    b = _np(bias)
+    fig, ax = plt.subplots(figsize=(WIDTH, 3.5))
+    for h, row in enumerate(b):
+        ax.plot(np.arange(len(row)), row, label=f"head {h}")
+    if train_klen is not None:
+        ax.axvline(train_klen, color="grey", ls="--", lw=1, label="longest training distance")
+    ax.set_xlabel("distance k = i - j (tokens)")
+    ax.set_ylabel("term (d), unscaled score")
+    ax.set_title(f"Layer {layer}: global position bias $v^\\top W_{{k,R}} R_k$ of each head")
+    ax.legend(fontsize=8, ncol=2)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------- rel-shift
+
+def _code_matrix(qlen: int, klen: int) -> torch.Tensor:
+    """x[i, c] = code of "query i scored against R_{klen-1-c}": 100 (i+1) + distance."""
+    i = torch.arange(qlen)[:, None]
+    r = klen - 1 - torch.arange(klen)[None, :]
+    return (100 * (i + 1) + r).double()
+
+
+def _decode(code: float) -> tuple[Optional[int], Optional[int]]:
+    code = int(round(code))
+    if code == 0:
+        return None, None
+    return code // 100 - 1, code % 100
+
+
+def _draw_codes(ax: Axes, m: np.ndarray, title: str, valid: Optional[np.ndarray] = None,
+                klen: int = 10, struck_rows: Sequence[int] = (), xlabel: str = "column",
+                ylabel: str = "row") -> None:
+    """A table: each cell labelled q_i R_r and coloured by r; pads white; invalid grey."""
+    rows, cols = m.shape
+    cmap = plt.get_cmap("viridis")
+    for a in range(rows):
+        for b in range(cols):
+            i, r = _decode(m[a, b])
+            if i is None:
+                face, text = "white", "0"
+            else:
+                face, text = cmap(0.15 + 0.7 * r / max(1, klen - 1)), f"$q_{i}R_{r}$"
+            bad = valid is not None and not valid[a, b]
+            if bad:
+                face = "#d0d0d0"
+            ax.add_patch(plt.Rectangle((b, a), 1, 1, facecolor=face, edgecolor="black", lw=0.6,
+                                       hatch="//" if bad else None))
+            color = "black" if (i is None or bad or r > (klen - 1) / 2) else "white"
+            ax.text(b + 0.5, a + 0.5, text, ha="center", va="center", fontsize=8, color=color)
+    for a in struck_rows:
+        ax.plot([0, cols], [a + 0.5, a + 0.5], color="red", lw=2)
+    ax.set_xlim(0, cols)
+    ax.set_ylim(rows, 0)
+    ax.set_xticks(np.arange(cols) + 0.5, [str(c) for c in range(cols)], fontsize=8)
+    ax.set_yticks(np.arange(rows) + 0.5, [str(c) for c in range(rows)], fontsize=8)
+    ax.set_aspect("equal")
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+
+
+def plot_rel_shift(qlen: int = 4, mlen: int = 2) -> tuple[Figure, dict[str, torch.Tensor]]:
+    """The pad -> view -> slice of ``rel_shift`` on a labelled (qlen, qlen+mlen) matrix.
+
+    Cell labels read "q_i R_r": query i scored against the encoding of distance
+    r. Returns the figure and the stages (see ``analysis.rel_shift_stages``),
+    whose entries are codes 100 (i+1) + r (0 = padding).
+    """
+    klen = qlen + mlen
+    if klen > 99:
+        raise ValueError("plot_rel_shift is for small matrices (klen < 100)")
+    st = rel_shift_stages(_code_matrix(qlen, klen))
+    causal = (torch.arange(klen)[None, :] <= torch.arange(qlen)[:, None] + mlen).numpy()
+    fig, axes = plt.subplots(1, 4, figsize=(WIDTH, 3.6),
+                             gridspec_kw=dict(width_ratios=[klen, klen + 1, qlen, klen]))
+    _draw_codes(axes[0], _np(st["input"]), "1. $(q_i+v)^\\top W_{k,R} R$:\ncolumn c holds $R_{klen-1-c}$",
+                klen=klen, xlabel="column c", ylabel="query i")
+    _draw_codes(axes[1], _np(st["padded"]), "2. pad one zero column", klen=klen,
+                xlabel="column", ylabel="query i")
+    _draw_codes(axes[2], _np(st["viewed"]), f"3. view as ({klen + 1}, {qlen}),\ndrop row 0",
+                klen=klen, struck_rows=[0], xlabel="column", ylabel="row")
+    _draw_codes(axes[3], _np(st["shifted"]), "4. view as (qlen, klen):\ncell (i, j) holds $R_{mlen+i-j}$",
+                valid=causal, klen=klen, xlabel="key j", ylabel="query i")
+    fig.suptitle(f"rel_shift, qlen={qlen}, mlen={mlen}: hatched = future keys (masked anyway)")
+    fig.tight_layout()
+    return fig, st
+
+
+# ----------------------------------------------------------------------------- recurrence
+
+def plot_dependency(influence: Mapping[int, object], position: int, seg_len: int,
+                    spans: Mapping[int, int], mem_len: Optional[int] = None) -> Figure:
+    """Left: for each depth N, which input positions influence output ``position``
+    (log10 gradient norm; grey = exactly 0). Right: the span against N with the
+    line N x mem_len + (position in segment)."""
+    mem_len = seg_len if mem_len is None else mem_len
+    depths = sorted(influence)
+    n = len(_np(influence[depths[0]]))
+    img = np.full((len(depths), n), np.nan)
+    for row, d in enumerate(depths):
+        g = _np(influence[d])
+        img[row, g > 0] = np.log10(g[g > 0])
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(WIDTH, 3.5), gridspec_kw=dict(width_ratios=[2.2, 1]))
+    heatmap(ax, img, f"Which inputs reach output {position} (grey: exactly 0)", xlabel="input position s",
+            ylabel="layers N", cbar_label="log10 |d logit / d E_s|",
+            extent=(-0.5, n - 0.5, depths[-1] + 0.5, depths[0] - 0.5))
+    for b in range(0, n + 1, seg_len):
+        ax.axvline(b - 0.5, color="white", lw=0.8)
+    ax.axvline(position, color="red", lw=1.2, ls="--")
+    p = position % seg_len
+    ds = np.array(depths)
+    ax2.plot(ds, [spans[d] for d in depths], "o", label="measured span", zorder=3)
+    ax2.plot(ds, ds * mem_len + p, "-", color="grey", label=f"N·{mem_len} + {p}")
+    ax2.set_title("Dependency length grows as O(N·L)", fontsize=10)
+    ax2.set_xlabel("layers N")
+    ax2.set_ylabel("span (tokens back)")
+    ax2.legend(fontsize=8)
+    ax2.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_bpc_vs_memory(mem_lens: Sequence[int], bpcs: Sequence[float], train_mem_len: int,
+                       title: str, references: Optional[Mapping[str, float]] = None) -> Figure:
+    """Evaluation bpc against the evaluation memory length, one evenly spaced tick per
+    length (training memory marked); ``references`` adds labelled horizontal lines
+    (e.g. a baseline's bpc)."""
+    fig, ax = plt.subplots(figsize=(WIDTH, 3.5))
+    xs = np.arange(len(mem_lens))
+    ax.plot(xs, bpcs, "o-", label="Transformer-XL")
+    for k, (label, value) in enumerate((references or {}).items()):
+        ax.axhline(value, color=f"C{k + 1}", ls=":", lw=1.2, label=f"{label}: {value:.3f}")
+    for x, b in zip(xs, bpcs):
+        ax.annotate(f"{b:.3f}", (x, b), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+    if train_mem_len in mem_lens:
+        ax.axvline(list(mem_lens).index(train_mem_len), color="grey", ls="--", lw=1,
+                   label=f"training mem_len = {train_mem_len}")
+    ax.set_xticks(xs, [str(m) for m in mem_lens])
+    ax.set_xlabel("evaluation memory length M (tokens)")
+    ax.set_ylabel("bits per character")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------- attention over memory
+
+def _prob_norm(scale: str, a: np.ndarray):
+    """A colour norm for attention probabilities: "linear", "sqrt" or "log"."""
+    from matplotlib.colors import LogNorm, Normalize, PowerNorm
+
+    finite = a[np.isfinite(a)]
+    vmax = float(finite.max()) if finite.size else 1.0
+    if scale == "log":
+        pos = finite[finite > 0]
+        vmin = max(float(pos.min()) if pos.size else vmax * 1e-4, vmax * 1e-4)
+        return LogNorm(vmin=vmin, vmax=vmax)
+    if scale == "sqrt":
+        return PowerNorm(gamma=0.5, vmin=0.0, vmax=vmax)
+    if scale == "linear":
+        return Normalize(vmin=0.0, vmax=vmax)
+    raise ValueError(f"scale must be 'linear', 'sqrt' or 'log', got {scale!r}")
+
+
+def plot_attention_by_distance(profiles: Mapping[str, object], seg_len: Optional[int] = None,
+                               train_dist: Optional[int] = None, scale: str = "log",
+                               suptitle: Optional[str] = None, shared_scale: bool = True) -> Figure:
+    """The paper's heads x distance map, one panel per (title, profile) item.
+
+    A profile is (n_layer, n_head, D): the average attention a head puts on the key
+    d tokens back (``attention_maps.attention_by_distance``). Rows are "layer l / head h",
+    layers separated by white lines; ``seg_len`` marks the distance beyond which every
+    key is in the memory, ``train_dist`` the longest distance seen in training.
+    ``scale="log"`` (default) spreads the small far-away weights over the colours;
+    ``shared_scale`` gives all panels one colour scale, so they can be compared.
+    """
+    n = len(profiles)
+    first = _np(next(iter(profiles.values())))
+    n_layer, n_head = first.shape[:2]
+    rows = n_layer * n_head
+    mats = {title: _np(prof).reshape(rows, -1) for title, prof in profiles.items()}
+    everything = np.concatenate([m.ravel() for m in mats.values()])
+    fig, axes = plt.subplots(n, 1, figsize=(WIDTH, 0.9 + (0.2 if n == 1 else 0.15) * rows * n + 0.6 * (n - 1)),
+                             squeeze=False)
+    for ax, (title, a) in zip(axes[:, 0], mats.items()):
+        D = a.shape[1]
+        heatmap(ax, a, title, xlabel="distance i - j to the key (tokens)", ylabel="layer / head",
+                cmap="magma", cbar_label=f"mean attention ({scale} scale)",
+                norm=_prob_norm(scale, everything if shared_scale else a),
+                extent=(-0.5, D - 0.5, rows - 0.5, -0.5))
+        ax.set_yticks(np.arange(rows), [f"L{l} H{h}" for l in range(n_layer) for h in range(n_head)],
+                      fontsize=7)
+        for b in range(1, n_layer):
+            ax.axhline(b * n_head - 0.5, color="white", lw=1)
+        if seg_len is not None:
+            ax.axvline(seg_len - 0.5, color="cyan", ls="--", lw=1.2,
+                       label=f"d = {seg_len} = segment length: only memory beyond")
+        if train_dist is not None:
+            ax.axvline(train_dist + 0.5, color="lime", ls=":", lw=1.5,
+                       label=f"d = {train_dist}: longest distance in training")
+        if seg_len is not None or train_dist is not None:
+            ax.legend(loc="lower right", fontsize=7, framealpha=0.8)
+    if suptitle:
+        fig.suptitle(suptitle)
+    fig.tight_layout()
+    return fig
+
+
+def plot_head_attention(attn, key_labels: Sequence[str], mlen: int, title: str,
+                        queries: slice, keys: slice, mask=None, scale: str = "log",
+                        zoom_scale: str = "linear") -> Figure:
+    """One head's attention over [memory o segment] and a zoom with the characters.
+
+    attn: (qlen, klen) probabilities; key_labels: one label per key (the queries are
+    the last qlen keys); ``queries``/``keys`` select the zoomed block; ``mask`` cells
+    (True = hidden) are drawn grey. Left: the whole matrix (colour ``scale``), the
+    memory/segment border and the zoomed block outlined; right: the block with
+    characters as tick labels (colour ``zoom_scale``).
+    """
+    a = _np(attn).copy()
+    if mask is not None:
+        a[_np(mask).astype(bool)] = np.nan
+    qlen, klen = a.shape
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(WIDTH, 4.2), gridspec_kw=dict(width_ratios=[1.25, 1]))
+    heatmap(ax, a, "whole segment: queries x [memory | segment]",
+            xlabel=f"key position j  (memory: j < {mlen} | segment)", ylabel="query position i",
+            cmap="magma", cbar_label=f"attention ({scale} scale)", norm=_prob_norm(scale, a))
+    ax.axvline(mlen - 0.5, color="cyan", lw=1.2)
+    q0, q1, _ = queries.indices(qlen)
+    k0, k1, _ = keys.indices(klen)
+    ax.add_patch(plt.Rectangle((k0 - 0.5, q0 - 0.5), k1 - k0, q1 - q0, fill=False, edgecolor="cyan", lw=1.2))
+    z = a[q0:q1, k0:k1]
+    heatmap(ax2, z, f"zoom: keys {k0}-{k1 - 1} x queries {q0}-{q1 - 1}", xlabel="key character",
+            ylabel="query character", cmap="magma", cbar_label=f"attention ({zoom_scale} scale)",
+            norm=_prob_norm(zoom_scale, z), extent=(k0 - 0.5, k1 - 0.5, q1 - 0.5, q0 - 0.5))
+    ax2.set_xticks(np.arange(k0, k1), list(key_labels[k0:k1]), fontsize=8, family="monospace")
+    ax2.set_yticks(np.arange(q0, q1), list(key_labels[mlen + q0:mlen + q1]), fontsize=8, family="monospace")
+    ax2.tick_params(length=0)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_by_token(values: Mapping[str, object], labels: Sequence[str], ylabel: str, title: str,
+                  ref: Optional[float] = None, ref_label: str = "") -> Figure:
+    """Grouped bars: one group per token (``labels``), one bar per (name, values) item;
+    NaN bars (token too rare) are left out. ``ref`` draws a dashed horizontal line."""
+    fig, ax = plt.subplots(figsize=(WIDTH, 3.3))
+    n = len(values)
+    width = 0.8 / n
+    x = np.arange(len(labels))
+    for k, (name, v) in enumerate(values.items()):
+        ax.bar(x - 0.4 + width * (k + 0.5), np.nan_to_num(_np(v), nan=0.0), width, label=name)
+    if ref is not None:
+        ax.axhline(ref, color="grey", ls="--", lw=1, label=ref_label or None)
+    ax.set_xticks(x, list(labels), family="monospace")
+    ax.set_xlim(-0.6, len(labels) - 0.4)
+    ax.set_xlabel("character read by the query")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    top = max([float(np.nanmax(_np(v))) for v in values.values()] + [ref or 0.0])
+    ax.set_ylim(0, 1.3 * top)  # room for the legend above the bars
+    ax.legend(fontsize=8, ncol=n + (ref is not None), loc="upper center")
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    return fig
+
+
+def plot_token_pairs(mats: Mapping[str, object], labels: Sequence[str], suptitle: str,
+                     cbar_label: str = "share of the query's attention") -> Figure:
+    """Query token x key token heatmaps, one panel per (title, (V, V) matrix), e.g.
+    ``attention_maps.attention_by_token_pair``; NaN rows (rare tokens) grey."""
+    n = len(mats)
+    fig, axes = plt.subplots(1, n, figsize=(WIDTH, 3.9), squeeze=False)
+    for k, (ax, (title, m)) in enumerate(zip(axes[0], mats.items())):
+        a = _np(m)
+        heatmap(ax, a, title, xlabel="key character", ylabel="query character" if k == 0 else "",
+                cmap="magma", cbar_label=cbar_label if k == n - 1 else None, vmin=0.0)
+        ticks = np.arange(len(labels))
+        ax.set_xticks(ticks, list(labels), fontsize=6, family="monospace")
+        ax.set_yticks(ticks, list(labels), fontsize=6, family="monospace")
+        ax.tick_params(length=0)
+    fig.suptitle(suptitle)
+    fig.tight_layout()
+    return fig
