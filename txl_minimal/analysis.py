@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from .model import TransformerXL, sinusoid_table
+from .train import evaluation_lengths
 
 # ----------------------------------------------------------------------------
 # 3.3 The score, term by term
@@ -452,13 +453,8 @@ def segment_position_nll(model: TransformerXL, data, tgt_len: Optional[int] = No
     Lengths left as None keep the model's; they are restored afterwards.
     """
     ids = _as_ids(data)
-    cfg = model.cfg
-    saved = (cfg.tgt_len, cfg.mem_len)
-    was_training = model.training
-    model.eval()
     device = next(model.parameters()).device
-    try:
-        model.set_lengths(tgt_len=tgt_len, mem_len=mem_len)
+    with evaluation_lengths(model, tgt_len=tgt_len, mem_len=mem_len):
         L = model.cfg.tgt_len
         n_seg = (len(ids) - 1) // L
         if n_seg < 1:
@@ -469,9 +465,6 @@ def segment_position_nll(model: TransformerXL, data, tgt_len: Optional[int] = No
             out = model(ids[None, s:s + L], mems, targets=ids[None, s + 1:s + L + 1])
             rows.append(out.nll[0])
             mems = out.mems
-    finally:
-        model.set_lengths(*saved)
-        model.train(was_training)
     return torch.stack(rows).cpu()
 
 

@@ -38,6 +38,7 @@ import torch
 from .analysis import distance_matrix, scores_to_probs
 from .data import decode
 from .model import TransformerXL, attention_mask
+from .train import evaluation_lengths
 
 SPACE = "\u2423"  # "open box", how the tick labels show a space
 
@@ -110,13 +111,8 @@ def read_with_memory(model: TransformerXL, ids, tgt_len: int, mem_len: int,
         raise ValueError(f"{len(ids)} tokens make {n_seg} segments of {tgt_len}; n_keep={n_keep} "
                          "must be between 1 and that")
     device = next(model.parameters()).device
-    cfg = model.cfg
-    saved = (cfg.tgt_len, cfg.mem_len, cfg.clamp_len, cfg.same_length)
-    was_training = model.training
-    model.eval()
     kept, mems = [], None
-    try:
-        model.set_lengths(tgt_len, mem_len, clamp_len, same_length)
+    with evaluation_lengths(model, tgt_len, mem_len, clamp_len, same_length):
         for s in range(n_seg):
             start = s * tgt_len
             seg = ids[start:start + tgt_len].to(device)[None]
@@ -132,9 +128,6 @@ def read_with_memory(model: TransformerXL, ids, tgt_len: int, mem_len: int,
                     terms=[{k: _left_pad(t[0], klen, float("nan")).float().cpu() for k, t in d.items()}
                            for d in out.terms] if terms else None))
             mems = out.mems
-    finally:
-        model.set_lengths(*saved)
-        model.train(was_training)
     return kept
 
 

@@ -136,6 +136,24 @@ def unwrap(model: torch.nn.Module) -> TransformerXL:
     return getattr(model, "_orig_mod", model)
 
 
+@contextlib.contextmanager
+def evaluation_lengths(model: TransformerXL, tgt_len: Optional[int] = None,
+                       mem_len: Optional[int] = None, clamp_len: Optional[int] = None,
+                       same_length: Optional[bool] = None):
+    """Eval mode with other lengths for the duration of a ``with`` block; the
+    model's lengths and train/eval mode are restored afterwards, even on error."""
+    cfg = model.cfg
+    saved = (cfg.tgt_len, cfg.mem_len, cfg.clamp_len, cfg.same_length)
+    was_training = model.training
+    model.eval()
+    try:
+        model.set_lengths(tgt_len, mem_len, clamp_len, same_length)
+        yield model
+    finally:
+        model.set_lengths(*saved)
+        model.train(was_training)
+
+
 @torch.no_grad()
 def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[int] = None,
              mem_len: Optional[int] = None, clamp_len: Optional[int] = None,
@@ -162,21 +180,13 @@ def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[
     x = F.pad(ids[:-1], (0, pad)).view(B, n).to(device)
     y = F.pad(ids[1:], (0, pad)).view(B, n).to(device)
     scored = (torch.arange(B * n) < n_pred).view(B, n).to(device)
-    cfg = model.cfg
-    saved = (cfg.tgt_len, cfg.mem_len, cfg.clamp_len, cfg.same_length)
-    was_training = model.training
-    model.eval()
     total, mems = torch.zeros((), dtype=torch.float64, device=device), None
-    try:
-        model.set_lengths(tgt_len, mem_len, clamp_len, same_length)
+    with evaluation_lengths(model, tgt_len, mem_len, clamp_len, same_length):
         L = model.cfg.tgt_len
         for s in tqdm(range(0, n, L), disable=not progress, desc="evaluate", leave=False):
             out = model(x[:, s:s + L], mems, targets=y[:, s:s + L])
             total += (out.nll.double() * scored[:, s:s + L]).sum()
             mems = out.mems
-    finally:
-        model.set_lengths(*saved)
-        model.train(was_training)
     loss = total.item() / n_pred
     return dict(bpc=loss / LN2, loss=loss, tokens=n_pred)
 
@@ -202,12 +212,7 @@ def sliding_window_eval(model: TransformerXL, data, context: int,
         raise ValueError(f"sliding_window_eval needs at least 2 tokens, got {len(ids)}")
     device = next(model.parameters()).device
     ids = ids.to(device)
-    cfg = model.cfg
-    saved = (cfg.tgt_len, cfg.mem_len, cfg.clamp_len, cfg.same_length)
-    was_training = model.training
-    model.eval()
-    try:
-        model.set_lengths(tgt_len=context, mem_len=0)
+    with evaluation_lengths(model, tgt_len=context, mem_len=0):
         c = min(context, n_pred)
         total = model(ids[None, :c], targets=ids[None, 1:c + 1]).nll.double().sum()
         last = n_pred - context  # window s (1..last) reads ids[s:s+context], predicts ids[s+context]
@@ -216,9 +221,6 @@ def sliding_window_eval(model: TransformerXL, data, context: int,
             e = min(s + batch_size, last + 1)
             logits = model(windows[s:e]).logits[:, -1].float()
             total += F.cross_entropy(logits, ids[s + context:e + context], reduction="sum").double()
-    finally:
-        model.set_lengths(*saved)
-        model.train(was_training)
     loss = total.item() / n_pred
     return dict(bpc=loss / LN2, loss=loss, tokens=n_pred)
 
