@@ -248,12 +248,25 @@ def test_generate_sampling_is_reproducible_and_respects_top_k():
     b = model.generate(prompt, 30, temperature=1.0, generator=g())
     c = model.generate(prompt, 30, temperature=1.0, generator=g())
     assert b.equal(c) and b.shape == (38,)
+    with pytest.raises(ValueError, match="temperature"):
+        model.generate(prompt, 3, temperature=-1.0)
+
+
+def test_generate_reads_every_token_once():
+    # memory (4) shorter than the prompt (13): old states drop out, nothing is recomputed
+    model = make_model(tgt_len=5, mem_len=4)
+    seen = []
+    model.word_emb.register_forward_hook(lambda m, inp, out: seen.append(inp[0].size(1)))
+    out = model.generate(torch.randint(0, 27, (2, 13)), 20, temperature=0)
+    assert out.shape == (2, 33)
+    assert sum(seen) == 13 + 20 - 1  # the prompt once, then each new token once (the last is not read)
 
 
 # 8. errors -----------------------------------------------------------------------
 @pytest.mark.parametrize("field,value", [("n_layer", 0), ("d_model", -4), ("mem_len", -1),
                                          ("clamp_len", -2), ("attn_type", "relative"),
-                                         ("dropout", 1.5), ("vocab_size", 2.5)])
+                                         ("dropout", 1.5), ("vocab_size", 2.5), ("d_model", 7),
+                                         ("n_layer", True), ("dropout", "0.1")])
 def test_bad_config_names_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         tiny(**{field: value})
@@ -269,8 +282,21 @@ def test_bad_tokens_give_a_clear_error():
         model(torch.tensor([1, 2, 3]))
     with pytest.raises(ValueError, match="batch"):
         model(torch.tensor([[1, 2, 3]]), model(torch.tensor([[1, 2], [3, 4]])).mems)
+    with pytest.raises(ValueError, match=r"target ids must be in \[0, 26\]"):
+        model(torch.tensor([[1, 2, 3]]), targets=torch.tensor([[1, 2, 27]]))
+    with pytest.raises(ValueError, match="at least one token"):
+        model(torch.zeros(2, 0, dtype=torch.long))
+
+
+def test_set_lengths_validates_first_and_touches_one_model_only():
+    cfg = tiny(mem_len=8)
+    a, b = TransformerXL(cfg), TransformerXL(cfg)
     with pytest.raises(ValueError, match="mem_len"):
-        model.set_lengths(mem_len=-3)
+        a.set_lengths(tgt_len=3, mem_len=-3)
+    assert (a.cfg.tgt_len, a.cfg.mem_len) == (cfg.tgt_len, 8)  # unchanged after the error
+    a.set_lengths(mem_len=16)
+    assert a.layers[0].dec_attn.cfg.mem_len == 16  # the layers see the change...
+    assert b.cfg.mem_len == 8 and cfg.mem_len == 8  # ...another model built from cfg does not
 
 
 # 9. interop with the authors' parameter names ------------------------------------------
@@ -306,6 +332,12 @@ def test_official_state_dict_from_another_config_is_refused():
     sd = make_model().official_state_dict()
     with pytest.raises((ValueError, RuntimeError)):
         make_model(n_layer=3).load_official_state_dict(sd)
+
+
+def test_untied_official_softmax_is_not_dropped_silently():
+    sd = make_model(tie_weights=False).official_state_dict()
+    with pytest.raises(ValueError, match="tie_weights=False"):
+        make_model().load_official_state_dict(sd)
 
 
 # adaptive span (Sukhbaatar et al., 2019) ----------------------------------------------

@@ -21,7 +21,7 @@ attention scores (B, n_head, T_query, T_key).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Optional
 
 import torch
@@ -65,25 +65,35 @@ class TXLConfig:
         for name in ("vocab_size", "n_layer", "n_head", "d_model", "d_head", "d_inner",
                      "tgt_len", "shaw_max_dist", "span_ramp"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
+            if not _is_int(value) or value <= 0:
                 raise ValueError(f"TXLConfig.{name} must be a positive integer, got {value!r}")
         for name in ("mem_len", "clamp_len"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 0:
+            if not _is_int(value) or value < 0:
                 raise ValueError(f"TXLConfig.{name} must be an integer >= 0, got {value!r}")
+        if self.d_model % 2:  # R has d_model / 2 sines and as many cosines
+            raise ValueError(f"TXLConfig.d_model must be even (sinusoid pairs), got {self.d_model}")
         for name in ("dropout", "dropatt"):
             value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
+            if not _is_number(value) or not 0.0 <= value < 1.0:
                 raise ValueError(f"TXLConfig.{name} must be in [0, 1), got {value!r}")
         if self.attn_type not in ATTN_TYPES:
             raise ValueError(f"TXLConfig.attn_type must be one of {ATTN_TYPES}, got {self.attn_type!r}")
-        if not 0.0 <= self.span_init <= 1.0:
+        if not _is_number(self.span_init) or not 0.0 <= self.span_init <= 1.0:
             raise ValueError(f"TXLConfig.span_init must be in [0, 1], got {self.span_init!r}")
         if self.adaptive_span and self.attn_type != "rel":
             raise ValueError("TXLConfig.adaptive_span needs attn_type='rel'")
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # True is an int to Python
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 @dataclass
@@ -338,7 +348,8 @@ class TransformerXL(nn.Module):
 
     def __init__(self, cfg: TXLConfig):
         super().__init__()
-        self.cfg = cfg
+        self.cfg = replace(cfg)  # our own copy: set_lengths must not change another model's config
+        cfg = self.cfg
         self.word_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.emb_scale = math.sqrt(cfg.d_model)  # the authors scale by sqrt(d_model)
         self.pos_emb = PositionalEmbedding(cfg.d_model)
@@ -372,12 +383,16 @@ class TransformerXL(nn.Module):
 
     def set_lengths(self, tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
                     clamp_len: Optional[int] = None, same_length: Optional[bool] = None) -> None:
-        """Change the evaluation-time lengths in place; no new parameters needed."""
-        for name, value in (("tgt_len", tgt_len), ("mem_len", mem_len),
-                            ("clamp_len", clamp_len), ("same_length", same_length)):
-            if value is not None:
-                setattr(self.cfg, name, value)
-        self.cfg.validate()
+        """Change the evaluation-time lengths in place; no new parameters needed.
+
+        Invalid values raise ``ValueError`` and leave the model as it was.
+        """
+        changes = {name: value for name, value in (("tgt_len", tgt_len), ("mem_len", mem_len),
+                                                   ("clamp_len", clamp_len), ("same_length", same_length))
+                   if value is not None}
+        replace(self.cfg, **changes)  # validates a copy first
+        for name, value in changes.items():  # every layer shares self.cfg: update it in place
+            setattr(self.cfg, name, value)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -399,12 +414,17 @@ class TransformerXL(nn.Module):
         if tokens.dim() != 2 or tokens.dtype not in (torch.long, torch.int, torch.int16, torch.uint8):
             raise ValueError(f"tokens must be an integer tensor of shape (batch, seq); got "
                              f"{tuple(tokens.shape)} {tokens.dtype}")
-        lo, hi = int(tokens.min()), int(tokens.max())
-        if lo < 0 or hi >= self.cfg.vocab_size:
-            raise ValueError(f"token ids must be in [0, {self.cfg.vocab_size - 1}] (vocab_size); "
-                             f"got min {lo}, max {hi}. Encode text with txl_minimal.data.encode.")
+        if tokens.numel() == 0:
+            raise ValueError(f"tokens must hold at least one token per row; got shape {tuple(tokens.shape)}")
         if targets is not None and targets.shape != tokens.shape:
             raise ValueError(f"targets shape {tuple(targets.shape)} != tokens shape {tuple(tokens.shape)}")
+        for what, ids in (("token", tokens), ("target", targets)):
+            if ids is None:
+                continue
+            lo, hi = int(ids.min()), int(ids.max())
+            if lo < 0 or hi >= self.cfg.vocab_size:
+                raise ValueError(f"{what} ids must be in [0, {self.cfg.vocab_size - 1}] (vocab_size); "
+                                 f"got min {lo}, max {hi}. Encode text with txl_minimal.data.encode.")
         if mems is not None and len(mems) > 0:
             if len(mems) != self.cfg.n_layer:
                 raise ValueError(f"mems must hold n_layer={self.cfg.n_layer} tensors, got {len(mems)}")
@@ -479,6 +499,8 @@ class TransformerXL(nn.Module):
         """
         if n_new < 0:
             raise ValueError(f"n_new must be >= 0, got {n_new}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
         if top_k is not None and top_k <= 0:
             raise ValueError(f"top_k must be positive or None, got {top_k}")
         squeeze = prompt.dim() == 1
@@ -524,8 +546,11 @@ class TransformerXL(nn.Module):
             name = _from_official(k)
             if name is not None:
                 ours[name] = t
-        if self.cfg.tie_weights:
-            ours.pop("out_weight", None)
+        if self.cfg.tie_weights:  # the authors store the tied weight twice: it must be the embedding
+            out = ours.pop("out_weight", None)
+            if out is not None and not torch.equal(out, ours.get("word_emb.weight", out)):
+                raise ValueError("crit.out_layers.0.weight differs from the input embedding: the checkpoint "
+                                 "has an untied softmax. Build the model with TXLConfig(tie_weights=False).")
         missing, unexpected = self.load_state_dict(ours, strict=False)
         if missing or unexpected:
             raise ValueError(f"official state dict does not fit this config: missing {missing}, "
