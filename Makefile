@@ -58,8 +58,10 @@ notebooks: setup
 	    --ExecutePreprocessor.timeout=1800 --ExecutePreprocessor.record_timing=False $$nb || exit 1; \
 	done
 
+# Writes benchmarks/results.json; benchmarks/results-cpu.json is the committed reference run
+# (made with --threads 1, see benchmarks/README.md) and is not overwritten.
 benchmark: setup
-	$(PY) benchmarks/bench.py
+	$(PY) benchmarks/bench.py --json benchmarks/results.json
 
 clean:
 	rm -rf $(VENV)

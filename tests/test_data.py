@@ -4,6 +4,7 @@ fake text8 served from tmp_path, never the network), text8-mini and the batch it
 import glob
 import gzip
 import hashlib
+import http.client
 import importlib.util
 import io
 import os
@@ -143,6 +144,7 @@ def test_bad_download_raises_and_leaves_nothing(tmp_path, corrupt):
     with pytest.raises(CorpusError, match=match) as e:
         load_text8(d, source=src, progress=False)
     assert "text8-mini" in str(e.value) and str(d) in str(e.value)  # says how to fix it
+    assert "delete or replace" not in str(e.value)  # the bad download is already gone
     assert files(d) == set()
 
 
@@ -157,6 +159,43 @@ def test_cut_connection_is_reported(tmp_path):
         load_text8(d, source=src, opener=lambda url, timeout: Cut(zpath.read_bytes()),
                    progress=False)
     assert files(d) == set()
+
+
+def test_body_cut_mid_stream_is_clear(tmp_path):
+    """http.client raises IncompleteRead (not an OSError) when the server closes early."""
+    src, zpath, _ = fake_text8(tmp_path)
+    body = zpath.read_bytes()
+
+    class Truncated(io.BytesIO):
+        headers = {"Content-Length": str(len(body))}
+        calls = 0
+
+        def read(self, n=-1):
+            self.calls += 1
+            if self.calls > 1:  # the first chunk arrives, then the connection drops
+                raise http.client.IncompleteRead(b"", len(body) - 100)
+            return super().read(100)
+
+    d = tmp_path / "data"
+    with pytest.raises(CorpusError, match="could not download") as e:
+        load_text8(d, source=src, opener=lambda url, timeout: Truncated(body), progress=False)
+    assert "IncompleteRead" in str(e.value) and "TXL_CORPUS=text8-mini" in str(e.value)
+    assert files(d) == set()  # the partial .part file is gone
+
+
+@pytest.mark.parametrize("placed", ["text8", "text8.zip"])
+def test_bad_hand_placed_file_says_to_remove_it(tmp_path, placed):
+    """A bad local file would be read again on every call (text8 even before a good
+    text8.zip), so the fix must name it; the user's file is not deleted for them."""
+    src, zpath, text = fake_text8(tmp_path)
+    d = tmp_path / "data"
+    d.mkdir()
+    bad = d / placed
+    bad.write_bytes(text[:-10] if placed == "text8" else zpath.read_bytes()[:-100])
+    with pytest.raises(CorpusError, match="MD5" if placed == "text8" else "not a valid zip") as e:
+        load_text8(d, source=src, opener=never_called)
+    assert f"delete or replace {bad}," in str(e.value)
+    assert files(d) == {placed}
 
 
 def test_network_error_is_clear(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,8 +18,8 @@ from txl_minimal import load_pretrained
 from txl_minimal.data import Corpus, encode, load_corpus
 from txl_minimal.model import TransformerXL, TXLConfig
 from txl_minimal.pretrained import PRETRAINED_DIR
-from txl_minimal.train import (TrainConfig, evaluate, load_checkpoint, lr_at, preset, save_checkpoint,
-                               sliding_window_eval, train)
+from txl_minimal.train import (TrainConfig, evaluate, load_checkpoint, lr_at, main, preset,
+                               save_checkpoint, sliding_window_eval, train)
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,6 +117,20 @@ def test_resume_with_other_config_fails_clearly(tmp_path):
     assert "d_model" in str(err.value) and "mem_len" in str(err.value) and "n_head" not in str(err.value)
     with pytest.raises(FileNotFoundError, match="drop --resume"):
         train(tiny_cfg(), tiny_train_cfg(tmp_path / "none"), corpus, resume=True, progress=False)
+
+
+def test_checkpoint_records_the_corpus_really_read(tmp_path, monkeypatch):
+    """$TXL_CORPUS overrides cfg.corpus; the checkpoint must name what was trained on,
+    and resuming on other data must fail."""
+    monkeypatch.setenv("TXL_CORPUS", "text8-mini")
+    cfg = tiny_train_cfg(tmp_path, corpus="text8", max_steps=2, eval_interval=2)
+    train(tiny_cfg(), cfg, progress=False)
+    assert load_checkpoint(tmp_path / "ckpt.pt")["train_config"]["corpus"] == "text8-mini"
+    assert train(tiny_cfg(), tiny_train_cfg(tmp_path, corpus="text8", max_steps=3, eval_interval=3),
+                 resume=True, progress=False).step == 3
+    with pytest.raises(ValueError, match=r"corpus='text8-mini', this run 'synthetic'.*Fix"):
+        train(tiny_cfg(), tiny_train_cfg(tmp_path, max_steps=4), synthetic_corpus("abc def "),
+              resume=True, progress=False)
 
 
 def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
@@ -234,6 +249,58 @@ def test_sliding_window_matches_explicit_windows():
     assert model.cfg.mem_len == 0 and model.cfg.tgt_len == 8 and not model.training
 
 
+# ----------------------------------------------------------------------------- command-line evaluation
+
+def _printed_bpc(out: str) -> float:
+    """The bpc in the line `python -m txl_minimal.train --evaluate` prints."""
+    return float(re.search(r"bpc (\d+\.\d+) over", out).group(1))
+
+
+def test_cli_evaluates_a_run_directory_or_checkpoint(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("TXL_CORPUS", raising=False)
+    run = tmp_path / "run"
+    train(tiny_cfg(), tiny_train_cfg(run, max_steps=2, eval_interval=2), synthetic_corpus("abc def "),
+          progress=False)
+    ckpt = load_checkpoint(run / "ckpt.pt")
+    torch.manual_seed(1)  # big random weights, so the memory length changes the bpc (by ~0.1)
+    weights = {k: v + torch.randn_like(v) if v.is_floating_point() else v for k, v in ckpt["model"].items()}
+    save_checkpoint(dict(ckpt, model=weights), run / "ckpt.pt")
+    model = TransformerXL(tiny_cfg()).eval()
+    model.load_state_dict(weights)
+    test = load_corpus("text8-mini").test
+    main(["--evaluate", str(run), "--corpus", "text8-mini", "--split", "test", "--eval-mem-len", "16",
+          "--max-predictions", "300", "--no-progress"])
+    out = capsys.readouterr().out
+    assert "over 300 predictions" in out and "mem_len=16" in out and "tgt_len=8" in out
+    expected = evaluate(model, test, batch_size=1, mem_len=16, max_tokens=300)["bpc"]
+    assert _printed_bpc(out) == pytest.approx(expected, abs=6e-5)
+    # the training mem_len (8) would give another number: --eval-mem-len really arrived
+    assert _printed_bpc(out) != pytest.approx(evaluate(model, test, max_tokens=300)["bpc"], abs=0.05)
+
+    main(["--evaluate", str(run / "ckpt.pt"), "--corpus", "text8-mini", "--sliding-window", "8",
+          "--max-predictions", "50", "--no-progress"])
+    out = capsys.readouterr().out
+    expected = sliding_window_eval(model, load_corpus("text8-mini").valid, 8, max_predictions=50)["bpc"]
+    assert "on text8-mini valid: " in out and _printed_bpc(out) == pytest.approx(expected, abs=6e-5)
+
+    with pytest.raises(ValueError, match="names corpus 'synthetic'.*--corpus"):
+        main(["--evaluate", str(run), "--no-progress"])
+    with pytest.raises(FileNotFoundError, match="nothing to evaluate.*Fix"):
+        main(["--evaluate", str(tmp_path / "nope")])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--eval-mem-len", "16"], "add --evaluate"),
+    (["--evaluate", "txl", "--sliding-window", "8", "--eval-mem-len", "16"], "drop --eval-mem-len"),
+    (["--evaluate", "runs/x", "--update-json"], "--evaluate txl or vanilla"),
+    (["--evaluate", "txl", "--update-json", "--split", "test"], "drop --split"),
+])
+def test_cli_rejects_evaluation_options_it_would_ignore(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert message in capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------- shipped models
 
 def test_load_pretrained_rejects_unknown_names():
@@ -243,7 +310,7 @@ def test_load_pretrained_rejects_unknown_names():
 
 @pytest.mark.skipif(not (PRETRAINED_DIR / "txl.pt").exists() or not (PRETRAINED_DIR / "vanilla.pt").exists(),
                     reason="shipped models not built yet")
-def test_pretrained_models_load_offline_and_predict_text8():
+def test_pretrained_models_load_offline_and_predict_text8(capsys):
     test = load_corpus("text8-mini").test
     txl, vanilla = load_pretrained("txl"), load_pretrained("vanilla")
     assert not txl.training and txl.cfg.attn_type == "rel" and txl.cfg.mem_len == 64
@@ -253,3 +320,8 @@ def test_pretrained_models_load_offline_and_predict_text8():
     for name in ("txl", "vanilla"):
         assert (PRETRAINED_DIR / f"{name}.json").exists() and (PRETRAINED_DIR / f"{name}.log.csv").exists()
         assert (PRETRAINED_DIR / f"{name}.pt").stat().st_size < 20e6
+    shipped = (PRETRAINED_DIR / "txl.json").read_bytes()
+    main(["--evaluate", "txl", "--split", "test", "--max-predictions", "2000", "--no-progress"])
+    assert _printed_bpc(capsys.readouterr().out) == pytest.approx(evaluate(txl, test, max_tokens=2000)["bpc"],
+                                                                  abs=6e-5)
+    assert (PRETRAINED_DIR / "txl.json").read_bytes() == shipped  # only --update-json rewrites it

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import http.client
 import os
 import tempfile
 import urllib.request
@@ -117,28 +118,35 @@ def _atomic_write(path: Path, write: Callable) -> None:
             os.unlink(tmp)
 
 
-def _fix_hint(data_dir: Path, src: Text8Source) -> str:
-    return (f"Fix: download {src.url} by hand and put text8.zip (or the unzipped text8) "
+def _fix_hint(data_dir: Path, src: Text8Source, placed: Path | None = None) -> str:
+    """How to get a good text8; ``placed`` is a bad local file, which would win again
+    (data_dir/text8 is read before text8.zip), so it has to go first."""
+    first = f"delete or replace {placed}, then " if placed is not None else ""
+    return (f"Fix: {first}download {src.url} by hand and put text8.zip (or the unzipped text8) "
             f"in {data_dir}/ , set TXL_DATA_DIR to where it is, or {MINI_HINT}.")
 
 
-def _unzip_and_check(zip_path: Path, src: Text8Source, data_dir: Path, what: str) -> bytes:
-    """Extract the single text8 member and verify its size and MD5 (what really matters)."""
+def _unzip_and_check(zip_path: Path, src: Text8Source, data_dir: Path, what: str,
+                     placed: Path | None = None) -> bytes:
+    """Extract the single text8 member and verify its size and MD5 (what really matters).
+    ``placed``: the zip is a local file the user must remove if bad (see _fix_hint)."""
     try:
         with zipfile.ZipFile(zip_path) as zf:
             text = zf.read(zf.namelist()[0])
     except (zipfile.BadZipFile, IndexError, EOFError, OSError) as e:
         raise CorpusError(f"{what} is not a valid zip (truncated or corrupted?): {e}. "
-                          + _fix_hint(data_dir, src)) from e
-    _check_text(text, src, data_dir, what)
+                          + _fix_hint(data_dir, src, placed)) from e
+    _check_text(text, src, data_dir, what, placed)
     return text
 
 
-def _check_text(text: bytes, src: Text8Source, data_dir: Path, what: str) -> None:
+def _check_text(text: bytes, src: Text8Source, data_dir: Path, what: str,
+                placed: Path | None = None) -> None:
+    """CorpusError unless ``text`` has text8's size and MD5."""
     if len(text) != src.text_bytes or hashlib.md5(text).hexdigest() != src.text_md5:
         raise CorpusError(f"{what} does not contain text8: expected {src.text_bytes:,} bytes with "
                           f"MD5 {src.text_md5}, got {len(text):,} bytes with MD5 "
-                          f"{hashlib.md5(text).hexdigest()}. " + _fix_hint(data_dir, src))
+                          f"{hashlib.md5(text).hexdigest()}. " + _fix_hint(data_dir, src, placed))
 
 
 def _download_text8(src: Text8Source, data_dir: Path, opener: Callable, timeout: float,
@@ -158,7 +166,9 @@ def _download_text8(src: Text8Source, data_dir: Path, opener: Callable, timeout:
                         while chunk := r.read(1 << 20):
                             f.write(chunk)
                             bar.update(len(chunk))
-            except OSError as e:  # URLError, timeouts, refused connections are all OSErrors
+            # URLError, timeouts, refused connections are OSErrors; a body cut off
+            # mid-stream is http.client.IncompleteRead, an HTTPException.
+            except (OSError, http.client.HTTPException) as e:
                 raise CorpusError(f"could not download {src.url} ({e}). "
                                   + _fix_hint(data_dir, src)) from e
         got = os.path.getsize(tmp)
@@ -198,9 +208,9 @@ def load_text8(data_dir: str | Path | None = None, download: bool = True, *,
 
     if (d / "text8").exists():  # placed by hand, already unzipped
         text = (d / "text8").read_bytes()
-        _check_text(text, source, d, f"{d / 'text8'}")
+        _check_text(text, source, d, f"{d / 'text8'}", placed=d / "text8")
     elif (d / "text8.zip").exists():  # placed by hand or downloaded earlier
-        text = _unzip_and_check(d / "text8.zip", source, d, f"{d / 'text8.zip'}")
+        text = _unzip_and_check(d / "text8.zip", source, d, f"{d / 'text8.zip'}", placed=d / "text8.zip")
     elif download:
         d.mkdir(parents=True, exist_ok=True)
         text = _download_text8(source, d, opener or urllib.request.urlopen, timeout, progress)

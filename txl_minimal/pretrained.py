@@ -12,7 +12,8 @@ steps, seed 0), identical except for the attention and the memory. They were mad
     python -m txl_minimal.train --ship runs/cpu-small-txl --name txl
     python -m txl_minimal.train --ship runs/cpu-small-vanilla --name vanilla
 
-and ``python -m txl_minimal.train --evaluate NAME`` recomputes the numbers in NAME.json.
+and ``python -m txl_minimal.train --evaluate NAME --update-json`` recomputes the numbers
+in NAME.json (``--evaluate NAME`` alone prints one evaluation and writes nothing).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from typing import Optional
 
 import torch
 
-from txl_minimal.model import TransformerXL, TXLConfig
+from txl_minimal.model import TransformerXL
 
 PRETRAINED_DIR = Path(__file__).resolve().with_name("pretrained")
 NAMES = ("txl", "vanilla")
@@ -62,10 +63,9 @@ def load_pretrained(name: str = "txl", device: str | torch.device = "cpu") -> Tr
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing. Fix: reinstall the package, or rebuild it with "
                                 f"python -m txl_minimal.train --ship RUN_DIR --name {name}")
-    ckpt = torch.load(path, map_location=device, weights_only=True)
-    model = TransformerXL(TXLConfig(**ckpt["model_config"])).to(device)
-    model.load_state_dict(ckpt["model"])
-    return model.eval()
+    from txl_minimal.train import model_from_checkpoint
+
+    return model_from_checkpoint(torch.load(path, map_location=device, weights_only=True), device)
 
 
 def export_pretrained(run_dir: str | Path, name: str) -> Path:

@@ -3,7 +3,9 @@
     python -m txl_minimal.train --preset cpu-tiny                       # a few minutes on a CPU
     python -m txl_minimal.train --preset cpu-small --out runs/txl --resume
     torchrun --nproc_per_node 2 -m txl_minimal.train --preset cpu-tiny  # data parallel
-    python -m txl_minimal.train --evaluate txl                          # a shipped model's numbers
+    python -m txl_minimal.train --evaluate runs/txl --split test        # bpc of a run, ckpt.pt, txl or vanilla
+    python -m txl_minimal.train --evaluate vanilla --sliding-window 64 --max-predictions 20000
+    python -m txl_minimal.train --evaluate txl --update-json            # recompute pretrained/txl.json
 
 The loop is the authors' (``pytorch/train.py``): Adam, linear warm-up then cosine
 decay, gradient clipping at 0.25, and memory carried from each segment to the next
@@ -72,7 +74,8 @@ PRESETS: dict[str, dict[str, dict]] = {
                    dropatt=0.0, tgt_len=32, mem_len=32),
         train=dict(corpus="text8-mini", batch_size=16, lr=3e-3, warmup_steps=100, max_steps=2000,
                    eval_interval=500, eval_tokens=8192, log_interval=25, out="runs/cpu-tiny")),
-    # The shipped models (txl_minimal/pretrained): ~20 min each on ONE CPU thread.
+    # The shipped models (txl_minimal/pretrained): measured 2,582 s (txl) and 2,164 s (vanilla)
+    # on ONE thread of a shared 2-core CPU (train_wall_time_s in pretrained/*.json).
     "cpu-small": dict(
         model=dict(n_layer=4, n_head=4, d_model=128, d_head=32, d_inner=512, dropout=0.1,
                    dropatt=0.0, tgt_len=64, mem_len=64),
@@ -262,11 +265,19 @@ def load_checkpoint(path: str | Path, model_cfg: Optional[TXLConfig] = None,
                     map_location: str | torch.device = "cpu") -> dict:
     """Load a checkpoint safely (weights_only=True); check its model config if given."""
     if not Path(path).exists():
-        raise FileNotFoundError(f"no checkpoint at {path}. Fix: check --out, or drop --resume to start afresh.")
+        raise FileNotFoundError(f"no checkpoint at {path}. Fix: check the path (--out, --evaluate), "
+                                "or drop --resume to start afresh.")
     ckpt = torch.load(path, map_location=map_location, weights_only=True)
     if model_cfg is not None:
         check_config(ckpt["model_config"], model_cfg, f"checkpoint {path}")
     return ckpt
+
+
+def model_from_checkpoint(ckpt: dict, device: str | torch.device = "cpu") -> TransformerXL:
+    """The TransformerXL a loaded checkpoint (or shipped .pt) describes, in eval mode."""
+    model = TransformerXL(TXLConfig(**ckpt["model_config"])).to(device)
+    model.load_state_dict(ckpt["model"])
+    return model.eval()
 
 
 def _rng_state() -> dict:
@@ -305,6 +316,13 @@ class TrainResult:
     out: Path
 
 
+def _resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """"auto" -> this rank's GPU if there is one, else the CPU; anything else as given."""
+    if name == "auto":
+        return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
 def _distributed() -> tuple[int, int, int]:
     """(rank, world_size, local_rank); torchrun sets the environment variables."""
     if "RANK" not in os.environ:
@@ -334,10 +352,7 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     rank, world, local = _distributed()
     if cfg.batch_size % world:
         raise ValueError(f"batch_size {cfg.batch_size} must be divisible by the {world} processes")
-    if cfg.device == "auto":
-        device = torch.device(f"cuda:{local}" if torch.cuda.is_available() else "cpu")
-    else:
-        device = torch.device(cfg.device)
+    device = _resolve_device(cfg.device, local)
     if world > 1 and not dist.is_initialized():
         if device.type == "cuda":
             torch.cuda.set_device(device)
@@ -362,13 +377,17 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     out_dir = Path(cfg.out)
     ckpt_path, log_path = out_dir / "ckpt.pt", out_dir / "log.csv"
     step, epoch, segment, elapsed, mems = 0, 0, 0, 0.0, None
+    corpus = corpus if corpus is not None else load_corpus(cfg.corpus)
+    # What was really read: $TXL_CORPUS or "auto" can make it differ from cfg.corpus.
+    used = dict(asdict(cfg), corpus=corpus.name)
     if resume:
         ckpt = load_checkpoint(ckpt_path, model_cfg, map_location=device)
         for key in ("batch_size", "corpus"):
-            if ckpt["train_config"][key] != getattr(cfg, key):
+            if ckpt["train_config"][key] != used[key]:
                 raise ValueError(f"checkpoint {ckpt_path} used {key}={ckpt['train_config'][key]!r}, "
-                                 f"this run {getattr(cfg, key)!r}: the memory and data position "
-                                 "would not line up. Fix: resume with the same setting.")
+                                 f"this run {used[key]!r}: the memory and data position "
+                                 "would not line up. Fix: resume with the same setting "
+                                 "(for the corpus: --corpus, and $TXL_CORPUS, which overrides it).")
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         sched.load_state_dict(ckpt["scheduler"])
@@ -380,7 +399,6 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
             per = cfg.batch_size // world
             mems = [m[rank * per:(rank + 1) * per].to(device) for m in ckpt["mems"]]
 
-    corpus = corpus if corpus is not None else load_corpus(cfg.corpus)
     per = cfg.batch_size // world
     n_col = len(corpus.train) // cfg.batch_size  # the columns one process would use
     mine = corpus.train[rank * per * n_col:(rank + 1) * per * n_col]  # this rank's columns
@@ -407,7 +425,7 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
         if rank == 0:
             save_checkpoint(dict(
                 format=1, model=raw.state_dict(), optimizer=opt.state_dict(), scheduler=sched.state_dict(),
-                scaler=scaler.state_dict(), model_config=model_cfg.to_dict(), train_config=asdict(cfg),
+                scaler=scaler.state_dict(), model_config=model_cfg.to_dict(), train_config=used,
                 step=step, data=dict(epoch=epoch, segment=segment), mems=full_mems, rng=rngs,
                 wall_time_s=elapsed), ckpt_path)
 
@@ -487,13 +505,81 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     return TrainResult(raw, step, train_bpc, valid_bpc, tok_s, elapsed, out_dir)
 
 
+# ----------------------------------------------------------------------------- evaluating a checkpoint
+
+def checkpoint_file(target: str | Path) -> Path:
+    """A shipped name (txl | vanilla), a run directory (its ckpt.pt) or a checkpoint file."""
+    from txl_minimal.pretrained import NAMES, PRETRAINED_DIR
+
+    if str(target) in NAMES:  # a run directory of that name needs ./ in front
+        return PRETRAINED_DIR / f"{target}.pt"
+    path = Path(target)
+    path = path / "ckpt.pt" if path.is_dir() else path
+    if not path.is_file():
+        raise FileNotFoundError(f"nothing to evaluate at {target}: not a shipped model ({', '.join(NAMES)}), "
+                                "a run directory holding ckpt.pt, or a checkpoint file. "
+                                "Fix: pass the --out directory of a training run, or txl / vanilla.")
+    return path
+
+
+def evaluate_checkpoint(target: str | Path, split: str = "valid", corpus: Optional[str] = None,
+                        sliding_window: Optional[int] = None, max_predictions: Optional[int] = None,
+                        batch_size: int = 1, tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
+                        clamp_len: Optional[int] = None, same_length: Optional[bool] = None,
+                        device: str = "auto", progress: bool = False) -> dict:
+    """bpc of a checkpoint (see checkpoint_file) on one split; writes nothing.
+
+    Segments with memory (``evaluate``; lengths left as None keep the training ones)
+    or, with ``sliding_window=C``, the vanilla sliding window of C tokens. The corpus
+    is the one the checkpoint was trained on unless ``corpus`` names another.
+    """
+    if split not in ("train", "valid", "test"):
+        raise ValueError(f"split must be 'train', 'valid' or 'test', got {split!r}")
+    path = checkpoint_file(target)
+    ckpt = load_checkpoint(path)
+    model = model_from_checkpoint(ckpt, _resolve_device(device))
+    name = corpus or ckpt["train_config"]["corpus"]
+    try:
+        data = getattr(load_corpus(name), split)
+    except ValueError as e:  # e.g. a checkpoint trained on a Corpus built in Python
+        raise ValueError(f"{e}. The checkpoint {path} names corpus {name!r}. "
+                         "Fix: choose the evaluation corpus with --corpus.") from e
+    if sliding_window is not None:
+        settings = dict(sliding_window=sliding_window)
+        res = sliding_window_eval(model, data, sliding_window, max_predictions, progress=progress)
+    else:
+        given = dict(tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len, same_length=same_length)
+        settings = {k: getattr(model.cfg, k) if v is None else v for k, v in given.items()}
+        settings["batch_size"] = batch_size
+        res = evaluate(model, data, batch_size, max_tokens=max_predictions, progress=progress, **given)
+    return dict(res, checkpoint=str(path), corpus=name, split=split, settings=settings)
+
+
 # ----------------------------------------------------------------------------- command line
 
 def _parse_value(text: str):
+    """A --set value as a Python literal (3, 0.1, None, True) or else the plain string."""
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text  # a plain string such as text8-mini
+
+
+SEGMENT_OPTIONS = ("eval_tgt_len", "eval_mem_len", "eval_clamp_len", "eval_same_length", "eval_batch_size")
+
+
+def _check_eval_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Evaluation options that would be silently ignored are an error instead."""
+    def given(keys) -> str:
+        return ", ".join("--" + k.replace("_", "-") for k in keys if getattr(args, k) is not None)
+
+    options = (*SEGMENT_OPTIONS, "split", "sliding_window", "max_predictions")
+    if not args.evaluate and (flags := given(options)):
+        p.error(f"{flags} only apply to an evaluation: add --evaluate CKPT")
+    if (args.update_json or args.ship) and (flags := given(options)):
+        p.error(f"--update-json and --ship compute the fixed table of pretrained.EVALUATIONS: drop {flags}")
+    if args.sliding_window is not None and (flags := given(SEGMENT_OPTIONS)):
+        p.error(f"--sliding-window reads fixed windows without memory: drop {flags}")
 
 
 def main(argv: Optional[list[str]] = None) -> None:
@@ -515,18 +601,48 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--stop-at", type=int, help="stop after this step, as if interrupted")
     p.add_argument("--threads", type=int, help="torch.set_num_threads")
     p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--evaluate", metavar="NAME", help="evaluate a shipped model (txl | vanilla), write its json")
-    p.add_argument("--ship", metavar="RUN_DIR", help="export RUN_DIR/ckpt.pt as pretrained --name, then evaluate")
-    p.add_argument("--name", help="the shipped name for --ship (txl | vanilla)")
+    ev = p.add_argument_group("evaluation (no training; only --update-json and --ship write files)")
+    ev.add_argument("--evaluate", metavar="CKPT", help="print the bpc of txl | vanilla (shipped), "
+                    "a run directory or a checkpoint file; --corpus picks another corpus")
+    ev.add_argument("--split", choices=("train", "valid", "test"), help="default: valid")
+    ev.add_argument("--eval-tgt-len", type=int, help="segment length (default: the training one)")
+    ev.add_argument("--eval-mem-len", type=int, help="memory length (default: the training one)")
+    ev.add_argument("--eval-clamp-len", type=int, help="clamp relative distances (0: no clamp)")
+    ev.add_argument("--eval-same-length", action="store_true", default=None,
+                    help="every query attends to the same number of keys")
+    ev.add_argument("--eval-batch-size", type=int,
+                    help="columns read in parallel (default 1: every token gets the longest context)")
+    ev.add_argument("--sliding-window", type=int, metavar="C",
+                    help="the vanilla evaluation: one window of C tokens per prediction")
+    ev.add_argument("--max-predictions", type=int, metavar="N", help="score only the first N predictions")
+    ev.add_argument("--update-json", action="store_true",
+                    help="with --evaluate txl|vanilla: recompute the shipped NAME.json")
+    ev.add_argument("--ship", metavar="RUN_DIR", help="export RUN_DIR/ckpt.pt as pretrained --name, "
+                    "then recompute NAME.json")
+    ev.add_argument("--name", choices=("txl", "vanilla"), help="the shipped name for --ship")
     args = p.parse_args(argv)
+    _check_eval_args(p, args)
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.ship or args.evaluate:
+    if args.ship or args.update_json:
         from txl_minimal import pretrained
+        if args.ship and not args.name:
+            p.error("--ship needs --name txl or --name vanilla")
+        if args.update_json and args.evaluate not in pretrained.NAMES:
+            p.error("--update-json rewrites a shipped model's json: use it with --evaluate txl or vanilla")
         name = args.name if args.ship else args.evaluate
         if args.ship:
             pretrained.export_pretrained(args.ship, name)
         print(pretrained.evaluate_pretrained(name, progress=not args.no_progress))
+        return
+    if args.evaluate:
+        r = evaluate_checkpoint(args.evaluate, args.split or "valid", args.corpus, args.sliding_window,
+                                args.max_predictions, args.eval_batch_size or 1, args.eval_tgt_len,
+                                args.eval_mem_len, args.eval_clamp_len, args.eval_same_length,
+                                args.device or "auto", progress=not args.no_progress)
+        settings = ", ".join(f"{k}={v}" for k, v in r["settings"].items())
+        print(f"{r['checkpoint']} on {r['corpus']} {r['split']}: bpc {r['bpc']:.4f} "
+              f"over {r['tokens']:,} predictions ({settings})")
         return
     overrides = {k: v for k, v in dict(
         out=args.out, max_steps=args.max_steps, attn_type=args.attn_type, mem_len=args.mem_len, lr=args.lr,
