@@ -1,6 +1,6 @@
 """Train the encoding x recurrence ablation and the adaptive-span pair; write results.json.
 
-    python scripts/ablation.py                               # the shipped numbers (~15 min, 2 cores)
+    python scripts/ablation.py                               # the shipped numbers (~50 min, 2 cores)
     python scripts/ablation.py --steps 3 --tiny --out /tmp/abl  # smoke test (seconds)
 
 Every variant: same size, data (text8-mini), steps and seed; see txl_minimal/ablation.py

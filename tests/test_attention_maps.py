@@ -144,6 +144,31 @@ def test_text_helpers():
     assert am.context_snippet(ids, 4, width=2) == "e [c]at"
 
 
+def test_top_keys_matches_naive_sort():
+    # 3 layers x 2 heads, 4 queries over 8 memory + 4 segment keys: query i sits at key 8 + i
+    attn = random_probs(3, 2, qlen=4, klen=12, seed=3).float()
+    seg = am.SegmentAttention(attn=attn, mask=torch.zeros(4, 12, dtype=torch.bool),
+                              key_ids=torch.arange(12), start=8)
+    for layer, head, query in [(0, 0, 0), (1, 1, 2), (2, 0, 3)]:
+        got = am.top_keys(seg, layer, head, query, k=5)
+        row = attn[layer, head, query].tolist()
+        # naive: every key, largest probability first (the future keys have probability 0)
+        naive = sorted(range(12), key=lambda j: row[j], reverse=True)[:5]
+        assert [j for j, _, _ in got] == naive
+        assert [p for _, _, p in got] == [row[j] for j in naive]
+        assert [d for _, d, _ in got] == [8 + query - j for j in naive]
+        assert all(0 <= d <= 8 + query for _, d, _ in got)  # never a future key
+
+
+def test_top_keys_ties_go_to_the_nearer_key():
+    # mlen 4, qlen 2: query 1 sits at key 5; keys 1 and 3 tie, and keys 0 and 2
+    p = torch.zeros(1, 1, 2, 6)
+    p[0, 0, 1] = torch.tensor([0.1, 0.3, 0.1, 0.3, 0.2, 0.0])
+    seg = am.SegmentAttention(attn=p, mask=torch.zeros(2, 6, dtype=torch.bool), key_ids=torch.arange(6), start=4)
+    row = p[0, 0, 1].tolist()
+    assert am.top_keys(seg, 0, 0, 1, k=4) == [(3, 2, row[3]), (1, 4, row[1]), (4, 1, row[4]), (2, 3, row[2])]
+
+
 def test_term_attention_by_distance_sums_to_one():
     qlen, mlen = 3, 5
     mask = attention_mask(qlen, mlen, same_length=True, mem_len=mlen)

@@ -21,7 +21,7 @@ keys beyond every head's reach are trimmed from the memory, which saves attentio
 FLOPs (``attention_flops_per_token``). Its counterpart is the same model with a
 fixed span (plain relative attention), trained for the same steps.
 
-    python scripts/ablation.py                  # ~15 min on 2 CPU cores
+    python scripts/ablation.py                  # ~50 min on 2 CPU cores
     python scripts/ablation.py --steps 3 --tiny --out /tmp/abl   # a smoke test
 """
 from __future__ import annotations
@@ -297,5 +297,6 @@ def results_table(results: dict, group: Optional[str] = None) -> str:
             continue
         a, b = r["test_bpc"]["train_ctx"], r["test_bpc"]["long_ctx"]
         flops = r["attn_flops_per_token"]["train_ctx"]["computed"] / 1e3
-        lines.append(f"{r['label']:32s} {a:9.3f} {b:9.3f} {b - a:+7.3f} {flops:18.1f}")
+        change = round(b - a, 3) + 0.0  # + 0.0: a change that rounds to zero prints as +0.000
+        lines.append(f"{r['label']:32s} {a:9.3f} {b:9.3f} {change:+7.3f} {flops:18.1f}")
     return "\n".join(lines)

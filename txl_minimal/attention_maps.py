@@ -319,10 +319,13 @@ def context_snippet(ids, pos: int, width: int = 8) -> str:
 
 def top_keys(seg: SegmentAttention, layer: int, head: int, query: int,
              k: int = 5) -> list[tuple[int, int, float]]:
-    """The ``k`` keys query ``query`` attends most in one head: (key index, distance, prob)."""
-    row = seg.attn[layer, head, query]
-    probs, keys = torch.topk(row, k)
-    return [(int(j), seg.mlen + query - int(j), float(p)) for p, j in zip(probs, keys)]
+    """The ``k`` keys query ``query`` attends most in one head: (key index, distance, prob),
+    most attended first; equal probabilities (e.g. the same character beyond ``clamp_len``,
+    an exact tie) go to the nearer key first, so the order does not depend on the backend."""
+    row = seg.attn[layer, head, query].tolist()
+    dist = [seg.mlen + query - j for j in range(len(row))]
+    keys = sorted(range(len(row)), key=lambda j: (-row[j], dist[j]))[:k]
+    return [(j, dist[j], row[j]) for j in keys]
 
 
 __all__ = ["SPACE", "SegmentAttention", "read_with_memory", "attention_by_distance",
