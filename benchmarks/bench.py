@@ -57,11 +57,15 @@ def timed(fn, device: torch.device) -> float:
 
 def machine_info(device: torch.device, threads: int) -> dict:
     """CPU/GPU model, thread count, library versions and the load when we started."""
-    cpu = platform.processor() or platform.machine()
+    cpu, bf16_hw = platform.processor() or platform.machine(), None
     if os.path.exists("/proc/cpuinfo"):
-        names = [ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")]
+        lines = open("/proc/cpuinfo").read().splitlines()
+        names = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")]
+        flags = next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), [])
         cpu = names[0] if names else cpu
-    info = dict(cpu=cpu, cores=os.cpu_count(), threads=threads, torch=torch.__version__,
+        # bf16 autocast only pays on a CPU with bf16 matmul units; elsewhere it is emulated
+        bf16_hw = [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
+    info = dict(cpu=cpu, cpu_bf16=bf16_hw, cores=os.cpu_count(), threads=threads, torch=torch.__version__,
                 python=platform.python_version(), device=str(device),
                 load_avg_1min=round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
                 date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
@@ -196,6 +200,13 @@ def table(rows: list[dict], cols: list[tuple[str, str, str]]) -> str:
     return "\n".join([lines[0], "-" * len(lines[0])] + lines[1:])
 
 
+def _bf16_units(machine: dict) -> str:
+    """The CPU's bf16 matmul flags as recorded ("not recorded" in older result files)."""
+    if "cpu_bf16" not in machine or machine["cpu_bf16"] is None:
+        return "not recorded"
+    return ", ".join(machine["cpu_bf16"]) or "none (bf16 is emulated)"
+
+
 def report(res: dict) -> str:
     """The whole result as text: header, then the three tables."""
     m, s, mm = res["machine"], res["settings"], res["matmul_gflop_per_s"]
@@ -205,7 +216,8 @@ def report(res: dict) -> str:
            f"{res['runtime_s']:.0f} s)",
            f"machine: {m['cpu']} | {m['cores']} cores | torch {m['torch']} threads {m['threads']} "
            f"| device {m['device']}{' ' + m.get('gpu', '') if 'gpu' in m else ''} "
-           f"| load avg at start {m['load_avg_1min']}",
+           f"| load avg at start {m['load_avg_1min']} "
+           f"| bf16 units: {_bf16_units(m)}",
            f"model: {MODEL}, random weights",
            f"matmul {s['matmul_n']}x{s['matmul_n']}: fp32 {mm['fp32']:.1f} GFLOP/s, "
            f"bf16 {mm['bf16']:.1f} GFLOP/s", "",

@@ -62,7 +62,7 @@ class TrainConfig:
     log_interval: int = 50  # steps per CSV row
     seed: int = 0
     out: str = "runs/default"  # ckpt.pt and log.csv go here
-    amp: str = "auto"  # "auto" (CUDA: bf16, fp16 before Ampere; CPU: off) | "bf16" | "fp16" | "off"
+    amp: str = "auto"  # "auto" (CUDA: bf16, fp16 before Ampere; CPU: off, as bf16 is emulated without AMX/AVX512-BF16: benchmarks/README.md) | "bf16" | "fp16" | "off"
     compile: bool = False  # torch.compile the model
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:1" ...
 
