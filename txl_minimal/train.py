@@ -36,6 +36,7 @@ from tqdm import tqdm
 
 from txl_minimal.data import Corpus, LMOrderedIterator, load_corpus
 from txl_minimal.model import TransformerXL, TXLConfig
+from txl_minimal.utils import default_device
 
 LN2 = math.log(2.0)
 CSV_COLUMNS = ("step", "tokens", "wall_time_s", "lr", "train_loss", "train_bpc", "valid_bpc")
@@ -318,9 +319,7 @@ class TrainResult:
 
 def _resolve_device(name: str, local_rank: int = 0) -> torch.device:
     """"auto" -> this rank's GPU if there is one, else the CPU; anything else as given."""
-    if name == "auto":
-        return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    return torch.device(default_device(local_rank) if name == "auto" else name)
 
 
 def _distributed() -> tuple[int, int, int]:

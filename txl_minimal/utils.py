@@ -19,6 +19,9 @@ def seed_everything(seed: int = 0, threads: int | None = None) -> None:
     os.environ.setdefault("PYTHONHASHSEED", str(seed))
 
 
-def default_device() -> str:
-    """"cuda" when a GPU is visible, else "cpu"."""
-    return "cuda" if torch.cuda.is_available() else "cpu"
+def default_device(local_rank: int | None = None) -> str:
+    """"cuda" when a GPU is visible (``cuda:<local_rank>`` for one process of a
+    data-parallel run), else "cpu"."""
+    if not torch.cuda.is_available():
+        return "cpu"
+    return "cuda" if local_rank is None else f"cuda:{local_rank}"
