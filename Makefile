@@ -1,7 +1,9 @@
 # Two commands for a fresh machine (Python 3.10+):
-#   make demo   set up .venv, train the cpu-tiny preset, execute every notebook
+#   make lab    set up .venv, register its Jupyter kernel, open JupyterLab on notebooks/
 #   make test   set up .venv, run pytest (package) + nbval (notebooks)
 # Both create .venv on first use; `make clean` removes it.
+#   make demo   train the cpu-tiny preset, execute every notebook headless into
+#               runs/notebooks/ (.ipynb and .html)
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -15,7 +17,12 @@ TEST_ENV := OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 TQDM_DISABLE=1 MPLBACKEND=Agg PY
 NBVAL    := --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout 900
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 
-.PHONY: setup demo test test-fast notebooks benchmark clean
+# Extra JupyterLab flags, e.g. LAB_ARGS="--no-browser --port=8899"; as root (containers)
+# the server needs --allow-root, which is added then.
+LAB_ARGS ?=
+LAB_ROOT := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
+
+.PHONY: setup lab demo test test-fast notebooks benchmark clean
 
 $(VENV)/.installed: requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +33,15 @@ $(VENV)/.installed: requirements-dev.txt pyproject.toml
 
 setup: $(VENV)/.installed
 
+# The venv's kernel, by the absolute path of its python, inside the venv (--sys-prefix):
+# the notebooks ask for "python3", and get this one.
+$(VENV)/.kernel: $(VENV)/.installed
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (.venv)"
+	touch $@
+
+lab: $(VENV)/.kernel
+	$(PY) -m jupyterlab --ServerApp.root_dir=notebooks $(LAB_ROOT) $(LAB_ARGS)
+
 demo: setup
 	$(PY) -m txl_minimal.train --preset cpu-tiny --out runs/cpu-tiny
 	@mkdir -p runs/notebooks
@@ -33,8 +49,9 @@ demo: setup
 	  echo "executing $$nb"; \
 	  MPLBACKEND=Agg $(VENV)/bin/jupyter nbconvert --to notebook --execute \
 	    --ExecutePreprocessor.timeout=1800 --output-dir runs/notebooks $$nb || exit 1; \
+	  $(VENV)/bin/jupyter nbconvert --to html --log-level=WARN runs/notebooks/$$(basename $$nb) || exit 1; \
 	done
-	@echo "executed notebooks are in runs/notebooks/"
+	@echo "executed notebooks are in runs/notebooks/ (open the .html files in any browser)"
 
 # The gensim wheel carries the Wikipedia excerpt text8-mini is built from; with it
 # the tests check that data/build_text8_mini.py rebuilds the shipped file bit for bit.
@@ -44,10 +61,10 @@ data/cache/.gensim-fetched:
 	  || echo "gensim wheel unavailable: the text8-mini rebuild test will be skipped"
 	@touch $@
 
-test: setup data/cache/.gensim-fetched
+test: setup $(VENV)/.kernel data/cache/.gensim-fetched
 	$(TEST_ENV) $(PY) -m pytest -q tests $(NBVAL) notebooks
 
-test-fast: setup
+test-fast: setup $(VENV)/.kernel
 	$(TEST_ENV) $(PY) -m pytest -q tests
 
 # Re-run the notebooks in place with the test environment (to refresh stored outputs).

@@ -25,19 +25,15 @@ import torch
 from tqdm import tqdm
 
 from txl_minimal.data import LMOrderedIterator, load_corpus
+from txl_minimal.flops import TRAIN_STEP_FORMULA, train_step_flops
 from txl_minimal.model import TXLConfig, TransformerXL
-from txl_minimal.train import evaluate, sliding_window_eval
+from txl_minimal.evaluate import evaluate, sliding_window_eval
 
 MODEL = dict(n_layer=4, d_model=256, n_head=4, d_head=64, d_inner=1024)
 FULL = dict(batch=16, tgt_len=128, mem_lens=(128, 512), steps=10, contexts=(128, 256, 512, 1024),
             xl_segments=8, vanilla_preds=128, matmul_n=2048, matmul_reps=10)
 QUICK = dict(batch=4, tgt_len=32, mem_lens=(32,), steps=3, contexts=(64, 128),
              xl_segments=4, vanilla_preds=16, matmul_n=512, matmul_reps=5)
-FLOPS_FORMULA = ("train step = 3 x forward (backward = 2 x forward); forward per layer = "
-                 "2*B*K*d*3hd (qkv on [mem o segment]) + 2*K*d*hd (r_net) + 3*2*B*H*T*K*dh "
-                 "(q.k, (q+v).R, p.v) + 2*B*T*hd*d (o_net) + 2*B*T*2*d*d_inner (FF); "
-                 "+ 2*B*T*d*V (tied softmax); K = mem_len + T; masked entries counted; "
-                 "elementwise ops not counted")
 
 
 def sync(device: torch.device) -> None:
@@ -72,15 +68,6 @@ def machine_info(device: torch.device, threads: int) -> dict:
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info
-
-
-def train_flops(cfg: TXLConfig, batch: int) -> float:
-    """FLOPs of one training step with full memory, by FLOPS_FORMULA."""
-    B, T, K = batch, cfg.tgt_len, cfg.mem_len + cfg.tgt_len
-    d, hd, H, dh = cfg.d_model, cfg.n_head * cfg.d_head, cfg.n_head, cfg.d_head
-    layer = (2 * B * K * d * 3 * hd + 2 * K * d * hd + 3 * 2 * B * H * T * K * dh
-             + 2 * B * T * hd * d + 2 * B * T * 2 * d * cfg.d_inner)
-    return 3.0 * (cfg.n_layer * layer + 2 * B * T * d * cfg.vocab_size)
 
 
 def matmul_peak(device: torch.device, n: int, reps: int, dtype: torch.dtype) -> float:
@@ -131,7 +118,7 @@ def train_worker(job: dict) -> dict:
     times = [timed(lambda: step(x, y), device) for x, y in batches]
     peak = memory_bytes(device, peak=True) - base
     step_s = statistics.median(times[job["warmup"]:])
-    flops = train_flops(cfg, job["batch"])
+    flops = train_step_flops(cfg, job["batch"])
     return dict(mem_len=cfg.mem_len, attention="fast" if job["fast"] else "explicit",
                 precision="bf16" if job["bf16"] else "fp32", step_ms=1e3 * step_s,
                 tokens_per_s=job["batch"] * cfg.tgt_len / step_s, gflop_per_s=flops / step_s / 1e9,
@@ -249,7 +236,7 @@ def main(argv=None) -> dict:
     device = torch.device(args.device)
     s = dict(QUICK if args.quick else FULL, quick=args.quick)
     corpus = load_corpus("text8-mini")
-    res = dict(machine=machine_info(device, args.threads), settings=s, flops_formula=FLOPS_FORMULA,
+    res = dict(machine=machine_info(device, args.threads), settings=s, flops_formula=TRAIN_STEP_FORMULA,
                memory_measure="CUDA: max_memory_allocated minus allocated before the first step; "
                               "CPU: peak RSS (ru_maxrss) minus RSS before the first step, one process "
                               "per config (activations, grads, Adam state, allocator slack)")

@@ -1,4 +1,7 @@
-"""Rebuild data/text8-mini.txt.gz, bit for bit, from the Wikipedia excerpt in gensim's tests.
+"""Rebuild txl_minimal/corpus/text8-mini.txt.gz, bit for bit, from gensim's Wikipedia excerpt.
+
+The file ships inside the package (txl_minimal.data.MINI_PATH), so that an installed
+package has it too; this script and its README stay in the repository's data/.
 
     pip download --no-deps gensim -d /tmp/gensim        # the wheel; no need to install it
     python data/build_text8_mini.py /tmp/gensim/gensim-*.whl   # or the extracted .bz2
@@ -21,7 +24,7 @@ import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a clone, uninstalled
-from txl_minimal.data import VOCAB, encode
+from txl_minimal.data import MINI_PATH, VOCAB, encode
 from txl_minimal.wikifil import wikifil
 
 FIXTURE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
@@ -29,7 +32,7 @@ MEMBER = "gensim/test/test_data/" + FIXTURE  # its path inside the gensim wheel
 SOURCE_SHA256 = "a53f4648dec40467ebdcbc7a1307eddb51fe6e28e9309f6ebde81ba0d04bea2d"
 TEXT_SHA256 = "092ab03dd063d1e0afb0e948fba8728eed854111c1183046571cb5c7ef2ebe3c"
 GZ_SHA256 = "68514d14b1a026d1e6e80cd82e286e93b5bcfbd2ba82139b790abffbb41301e0"
-OUT = Path(__file__).resolve().parent / "text8-mini.txt.gz"
+OUT = MINI_PATH  # txl_minimal/corpus/, so that it ships inside the package
 
 
 def read_source(path: str | Path) -> bytes:

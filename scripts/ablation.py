@@ -5,20 +5,129 @@
 
 Every variant: same size, data (text8-mini), steps and seed; see txl_minimal/ablation.py
 for what is trained and what "longer context" means per variant. Writes OUT/NAME/log.csv
-per run and OUT/results.json (the weights are deleted unless --keep-ckpt).
+per run and OUT/results.json (the weights are deleted unless --keep-ckpt); OUT defaults
+to results/ablation/, the shipped results that notebook 07 reads.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import platform
 import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Optional, Sequence
 
-from txl_minimal.ablation import ABLATION_DIR, BASE_TRAIN, results_table, run_ablation, variants
+import torch
+
+from txl_minimal.ablation import (BASE_MODEL, BASE_TRAIN, LONG_FACTOR, RESULTS_DIR, TEST_BATCH, TINY_MODEL,
+                                  Variant, contexts, model_config, model_spans, results_table, train_config,
+                                  variants)
+from txl_minimal.data import Corpus, load_corpus
+from txl_minimal.flops import attention_flops_per_token
+from txl_minimal.model import TXLConfig
+from txl_minimal.train import evaluate, train
+
+
+def flops_report(cfg: TXLConfig, ctx: dict, spans: Optional[Sequence[Sequence[float]]] = None) -> dict:
+    """Attention FLOPs per token at an evaluation context, both counts (rounded)."""
+    kw = dict(n_layer=cfg.n_layer, n_head=cfg.n_head, d_head=cfg.d_head, tgt_len=ctx["tgt_len"],
+              mem_len=ctx["mem_len"], attn_type=cfg.attn_type, spans=spans,
+              span_ramp=cfg.span_ramp if spans is not None else None)
+    return {count: round(attention_flops_per_token(count=count, **kw)) for count in ("computed", "causal")}
+
+
+def _round(x: float, nd: int = 4) -> float:
+    """``x`` to ``nd`` decimals as a plain float (for results.json)."""
+    return float(round(x, nd))
+
+
+def run_variant(variant: Variant, steps: int, out_dir: Path, corpus: Corpus, tiny: bool = False,
+                eval_tokens: Optional[int] = None, eval_batch_size: int = TEST_BATCH, keep_ckpt: bool = False,
+                progress: bool = False) -> dict:
+    """Train one variant into ``out_dir``/name (log.csv), score it, return its results."""
+    model_cfg = model_config(variant, tiny)
+    run_dir = Path(out_dir) / variant.name
+    train_cfg = train_config(steps, run_dir, tiny)
+    t0 = time.perf_counter()
+    res = train(model_cfg, train_cfg, corpus=corpus, progress=progress, overwrite=True)  # re-runs replace
+    train_s = time.perf_counter() - t0
+    model = res.model
+    ctx = contexts(model_cfg)
+    spans = model_spans(model)
+    test = {}
+    t1 = time.perf_counter()
+    for which in ("train", "long"):
+        r = evaluate(model, corpus.test, batch_size=eval_batch_size, max_tokens=eval_tokens, **ctx[which])
+        test[which] = _round(r["bpc"])
+    eval_s = time.perf_counter() - t1
+    if not keep_ckpt:
+        (run_dir / "ckpt.pt").unlink(missing_ok=True)
+    result = dict(
+        label=variant.label, group=variant.group, notes=variant.notes,
+        attn_type=model_cfg.attn_type, mem_len=model_cfg.mem_len, adaptive_span=model_cfg.adaptive_span,
+        params=model.num_params(), steps=res.step,
+        final_train_bpc=_round(res.train_bpc), final_valid_bpc=_round(res.valid_bpc),
+        test_bpc=dict(train_ctx=test["train"], long_ctx=test["long"]),
+        contexts=dict(train_ctx=ctx["train"], long_ctx=ctx["long"], long_desc=ctx["long_desc"]),
+        attn_flops_per_token=dict(train_ctx=flops_report(model_cfg, ctx["train"], spans),
+                                  long_ctx=flops_report(model_cfg, ctx["long"], spans)),
+        train_wall_s=round(train_s, 1), eval_wall_s=round(eval_s, 1),
+        log=f"{variant.name}/log.csv", model_config=model_cfg.to_dict(),
+        train_config={k: v for k, v in asdict(train_cfg).items() if k not in ("out", "device")},
+    )
+    if spans is not None:
+        result["spans"] = [[round(z, 2) for z in layer] for layer in spans]
+        result["span_reach"] = [[math.ceil(z + model_cfg.span_ramp) for z in layer] for layer in spans]
+        # the same model with its spans switched off: how much the learned spans cost or save
+        result["attn_flops_per_token_fixed"] = dict(train_ctx=flops_report(model_cfg, ctx["train"]),
+                                                    long_ctx=flops_report(model_cfg, ctx["long"]))
+    return result
+
+
+def run_ablation(steps: int = BASE_TRAIN["max_steps"], out: str | Path = RESULTS_DIR, tiny: bool = False,
+                 only: Optional[Sequence[str]] = None, eval_tokens: Optional[int] = None,
+                 span_loss_coeff: Optional[float] = None, threads: Optional[int] = 2,
+                 keep_ckpt: bool = False, progress: bool = False, verbose: bool = True) -> dict:
+    """Train and score every variant in turn; write ``out``/results.json and return it."""
+    if threads:
+        torch.set_num_threads(threads)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    corpus = load_corpus(BASE_TRAIN["corpus"])
+    chosen = [v for v in variants(span_loss_coeff) if only is None or v.name in only]
+    if only is not None and len(chosen) != len(set(only)):
+        known = [v.name for v in variants()]
+        raise ValueError(f"unknown variant in {list(only)}; choose from {known}")
+    t0 = time.perf_counter()
+    runs = {}
+    for v in chosen:
+        runs[v.name] = run_variant(v, steps, out, corpus, tiny=tiny, eval_tokens=eval_tokens,
+                                   keep_ckpt=keep_ckpt, progress=progress)
+        if verbose:
+            r = runs[v.name]
+            print(f"{v.name:18s} test bpc {r['test_bpc']['train_ctx']:.3f} (train ctx) "
+                  f"{r['test_bpc']['long_ctx']:.3f} (long ctx)  train {r['train_wall_s']:.0f} s", flush=True)
+    results = dict(
+        meta=dict(
+            script="scripts/ablation.py", steps=steps, tiny=tiny, seed=BASE_TRAIN["seed"],
+            corpus=corpus.name, split="test", eval_tokens=eval_tokens or len(corpus.test) - 1,
+            eval_batch_size=TEST_BATCH, long_factor=LONG_FACTOR,
+            long_context=("with memory: the training segment and LONG_FACTOR x the training memory; "
+                          "without memory: one segment LONG_FACTOR x the training segment"),
+            base_model=TINY_MODEL if tiny else BASE_MODEL,
+            threads=torch.get_num_threads(), torch=torch.__version__, machine=platform.machine(),
+            total_wall_s=round(time.perf_counter() - t0, 1)),
+        runs=runs)
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    return results
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=BASE_TRAIN["max_steps"], help="training steps per variant")
-    p.add_argument("--out", default=str(ABLATION_DIR), help="results folder (default: the shipped one)")
+    p.add_argument("--out", default=str(RESULTS_DIR), help="results folder (default: the shipped one)")
     p.add_argument("--tiny", action="store_true", help="a tiny model and a short test prefix (smoke test)")
     p.add_argument("--only", nargs="*", choices=[v.name for v in variants()], help="train only these variants")
     p.add_argument("--eval-tokens", type=int, help="score only this many test predictions (default: all)")

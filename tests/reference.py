@@ -39,10 +39,9 @@ def naive_forward(model: TransformerXL, tokens: torch.Tensor,
             dist = min(dist, cfg.clamp_len)
         return sinusoid_table(torch.tensor([float(dist)]), model.pos_emb.inv_freq)[0]
 
-    for layer in model.layers:
+    for n, layer in enumerate(model.layers):
         att = layer.dec_attn
-        u = att.r_w_bias if cfg.untie_r else model.r_w_bias
-        v = att.r_r_bias if cfg.untie_r else model.r_r_bias
+        u, v = model.uv(n)  # the global biases: shared, or per layer with untie_r
         Wq, Wk, Wv = att.qkv_net.weight.chunk(3, dim=0)
         x = att.layer_norm(h) if cfg.pre_lnorm else h
         out = torch.zeros_like(h)

@@ -11,22 +11,10 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from txl_minimal import analysis, plotting  # noqa: E402
-from txl_minimal.model import TransformerXL, TXLConfig, attention_mask, rel_shift  # noqa: E402
+from txl_minimal.model import update_memory, TransformerXL, TXLConfig, attention_mask, rel_shift  # noqa: E402
 from reference import naive_forward, segment_visibility  # noqa: E402
 
 torch.set_num_threads(1)
-
-
-def tiny_model(seed: int = 0, **overrides) -> TransformerXL:
-    base = dict(vocab_size=27, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32,
-                dropout=0.0, dropatt=0.0, tgt_len=6, mem_len=6)
-    base.update(overrides)
-    torch.manual_seed(seed)
-    model = TransformerXL(TXLConfig(**base)).double().eval()
-    with torch.no_grad():  # non-trivial biases so every term matters
-        for p in model.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    return model
 
 
 def random_weights(d: int = 12, d_head: int = 6, seed: int = 0) -> dict:
@@ -78,7 +66,7 @@ def plotting_free_table(pos, inv_freq):
 
 
 @pytest.mark.parametrize("overrides", [{}, {"untie_r": True}, {"clamp_len": 3}])
-def test_rel_score_terms_equal_the_model_terms(overrides):
+def test_rel_score_terms_equal_the_model_terms(tiny_model, overrides):
     model = tiny_model(**overrides)
     x = torch.randint(0, 27, (1, 12))
     with torch.no_grad():
@@ -118,7 +106,7 @@ def test_spreads_and_distance_matrix():
     assert analysis.distance_matrix(2, 4).tolist() == [[2, 1, 0, -1], [3, 2, 1, 0]]
 
 
-def test_head_weights_slices_and_position_bias_needs_rel():
+def test_head_weights_slices_and_position_bias_needs_rel(tiny_model):
     model = tiny_model()
     w = analysis.head_weights(model, 1, 1)
     att = model.layers[1].dec_attn
@@ -129,7 +117,7 @@ def test_head_weights_slices_and_position_bias_needs_rel():
         analysis.position_bias(tiny_model(attn_type="abs"), 0, 5)
 
 
-def test_attention_on_repeat_restores_mem_len_and_shows_the_clash():
+def test_attention_on_repeat_restores_mem_len_and_shows_the_clash(tiny_model):
     vanilla = tiny_model(attn_type="abs", mem_len=0)
     seg = torch.randint(0, 27, (1, 6))
     p = analysis.attention_on_repeat(vanilla, seg)
@@ -173,7 +161,7 @@ def test_segment_band_mask_matches_the_reference_and_the_model(seg_len, mem_len,
 @pytest.mark.parametrize("attn_type", ["rel", "abs", "shaw"])
 @pytest.mark.parametrize("overrides", [{}, {"mem_len": 9}, {"mem_len": 0}, {"same_length": True},
                                        {"pre_lnorm": True, "clamp_len": 4}])
-def test_band_forward_equals_segmentwise_forward(attn_type, overrides):
+def test_band_forward_equals_segmentwise_forward(tiny_model, attn_type, overrides):
     model = tiny_model(attn_type=attn_type, **overrides)
     x = torch.randint(0, 27, (2, 20))
     with torch.no_grad():
@@ -186,7 +174,7 @@ def test_band_forward_equals_segmentwise_forward(attn_type, overrides):
 
 
 @pytest.mark.parametrize("seg_len,mem_len,n_layer", [(4, 4, 1), (4, 4, 3), (4, 6, 2), (5, 3, 3)])
-def test_gradient_influence_is_exactly_the_reachability(seg_len, mem_len, n_layer):
+def test_gradient_influence_is_exactly_the_reachability(tiny_model, seg_len, mem_len, n_layer):
     model = tiny_model(n_layer=n_layer, tgt_len=seg_len, mem_len=mem_len)
     n = 30
     x = torch.randint(0, 27, (1, n))
@@ -208,7 +196,7 @@ def test_dependency_reach_and_span_by_hand():
     assert analysis.influence_span(torch.zeros(4), 2) == 0
 
 
-def test_stop_gradient_helper():
+def test_stop_gradient_helper(tiny_model):
     model = tiny_model()
     x = torch.randint(0, 27, (2, 13))
     with_sg = analysis.previous_segment_grads(model, x[:, :6], x[:, 6:12], x[:, 7:13])
@@ -230,7 +218,7 @@ def test_bpc_vs_memory_passes_mem_len():
     assert out == [1.0, 9.0] and calls == [(0, {"tgt_len": 4}), (8, {"tgt_len": 4})]
 
 
-def test_bpc_vs_memory_with_train_evaluate():
+def test_bpc_vs_memory_with_train_evaluate(tiny_model):
     model = tiny_model().float()
     data = torch.randint(0, 27, (60,))
     out = analysis.bpc_vs_memory(model, data, [0, 6, 12], batch_size=2, tgt_len=6)
@@ -239,13 +227,13 @@ def test_bpc_vs_memory_with_train_evaluate():
 
 
 def test_source_lines():
-    found = analysis.source_lines(TransformerXL._update_mems, [".detach()"])
+    found = analysis.source_lines(update_memory, [".detach()"])
     assert len(found) == 1 and ".detach()" in found[0][1] and found[0][0] > 1
 
 
 # --- plotting (smoke tests: they draw, label and return a figure) -------------------
 
-def test_plots_draw():
+def test_plots_draw(tiny_model):
     model = tiny_model()
     x = torch.randint(0, 27, (1, 12))
     with torch.no_grad():

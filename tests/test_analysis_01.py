@@ -1,23 +1,22 @@
 """Tests of the notebook-01 helpers in txl_minimal.analysis (context fragmentation, cost)."""
 from __future__ import annotations
 
+import functools
 import numpy as np
 import pytest
 import torch
 
 from txl_minimal import analysis
 from txl_minimal.model import TXLConfig, TransformerXL
-from txl_minimal.train import evaluate
+from txl_minimal.evaluate import evaluate
 
 torch.set_num_threads(1)
 
 
-def tiny(**overrides) -> TransformerXL:
-    kw = dict(n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, dropout=0.1,
-              tgt_len=8, mem_len=8)
-    kw.update(overrides)
-    torch.manual_seed(0)
-    return TransformerXL(TXLConfig(**kw))
+@pytest.fixture
+def tiny_model(tiny_model):
+    """The shared tiny model as these tests had it: float32, dropout 0.1, segments of 8, no noise."""
+    return functools.partial(tiny_model, noise=0.0, dtype=torch.float32, dropout=0.1, tgt_len=8, mem_len=8)
 
 
 def stream(n: int = 61, seed: int = 1) -> np.ndarray:
@@ -25,8 +24,8 @@ def stream(n: int = 61, seed: int = 1) -> np.ndarray:
 
 
 @pytest.mark.parametrize("attn_type,mem_len", [("rel", 8), ("rel", 0), ("abs", 0)])
-def test_segment_position_nll_matches_evaluate(attn_type, mem_len):
-    model = tiny(attn_type=attn_type, mem_len=mem_len)
+def test_segment_position_nll_matches_evaluate(tiny_model, attn_type, mem_len):
+    model = tiny_model(attn_type=attn_type, mem_len=mem_len)
     data = stream()
     nll = analysis.segment_position_nll(model, data)
     assert nll.shape == (7, 8)  # 60 predictions -> 7 full segments of 8
@@ -34,8 +33,8 @@ def test_segment_position_nll_matches_evaluate(attn_type, mem_len):
     assert nll.double().mean().item() == pytest.approx(ref, abs=1e-5)
 
 
-def test_segment_position_nll_without_memory_restarts_every_segment():
-    model = tiny(attn_type="abs", mem_len=0)
+def test_segment_position_nll_without_memory_restarts_every_segment(tiny_model):
+    model = tiny_model(attn_type="abs", mem_len=0)
     data = stream()
     nll = analysis.segment_position_nll(model, data)
     for k in range(nll.size(0)):  # each segment alone gives the same numbers
@@ -44,8 +43,8 @@ def test_segment_position_nll_without_memory_restarts_every_segment():
         assert torch.allclose(nll[k], alone, atol=1e-5)
 
 
-def test_segment_position_nll_memory_changes_later_segments_only():
-    model = tiny(attn_type="rel", mem_len=8)
+def test_segment_position_nll_memory_changes_later_segments_only(tiny_model):
+    model = tiny_model(attn_type="rel", mem_len=8)
     data = stream()
     with_mem = analysis.segment_position_nll(model, data)
     without = analysis.segment_position_nll(model, data, mem_len=0)
@@ -53,8 +52,8 @@ def test_segment_position_nll_memory_changes_later_segments_only():
     assert not torch.allclose(with_mem[1:], without[1:], atol=1e-4)
 
 
-def test_segment_position_nll_restores_lengths_and_mode():
-    model = tiny().train()
+def test_segment_position_nll_restores_lengths_and_mode(tiny_model):
+    model = tiny_model().train()
     analysis.segment_position_nll(model, list(stream()), tgt_len=5, mem_len=3)
     assert (model.cfg.tgt_len, model.cfg.mem_len, model.training) == (8, 8, True)
     with pytest.raises(ValueError, match="more than tgt_len"):

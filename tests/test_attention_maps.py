@@ -1,6 +1,7 @@
 """Tests of txl_minimal.attention_maps (and its figures) on hand-built tensors and a tiny model."""
 from __future__ import annotations
 
+import functools
 import math
 
 import matplotlib
@@ -30,15 +31,10 @@ def random_probs(*lead, qlen, klen, mask=None, seed=0):
     return torch.softmax(s.masked_fill(hidden, float("-inf")), -1)
 
 
-def tiny_model(seed=0, **kw) -> TransformerXL:
-    torch.manual_seed(seed)
-    cfg = dict(n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, dropout=0.1, tgt_len=4, mem_len=4)
-    cfg.update(kw)
-    model = TransformerXL(TXLConfig(**cfg)).double()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.3 * torch.randn_like(p))
-    return model
+@pytest.fixture
+def tiny_model(tiny_model):
+    """The shared tiny model with large weights (every key visibly matters), dropout 0.1, segments of 4."""
+    return functools.partial(tiny_model, noise=0.3, dropout=0.1, tgt_len=4, mem_len=4)
 
 
 # ----------------------------------------------------------------------------- by distance
@@ -184,7 +180,7 @@ def test_term_attention_by_distance_sums_to_one():
 
 # ----------------------------------------------------------------------------- with a model
 
-def test_read_with_memory_tiny_model():
+def test_read_with_memory_tiny_model(tiny_model):
     model = tiny_model().train()
     text = torch.randint(0, 27, (30,), generator=torch.Generator().manual_seed(0))
     segs = am.read_with_memory(model, text, tgt_len=4, mem_len=12, same_length=True, n_keep=2, terms=True)
@@ -214,7 +210,7 @@ def test_read_with_memory_tiny_model():
     assert float(am.memory_share(last.attn).min()) > 0  # a random model spreads onto the memory
 
 
-def test_read_with_memory_matches_plain_forward():
+def test_read_with_memory_matches_plain_forward(tiny_model):
     model = tiny_model(seed=1).eval()
     text = torch.randint(0, 27, (12,), generator=torch.Generator().manual_seed(2))
     segs = am.read_with_memory(model, text, tgt_len=4, mem_len=8, n_keep=1)
@@ -226,7 +222,7 @@ def test_read_with_memory_matches_plain_forward():
     torch.testing.assert_close(segs[0].attn, torch.stack([a[0] for a in out.attn]).float())
 
 
-def test_read_with_memory_errors():
+def test_read_with_memory_errors(tiny_model):
     model = tiny_model()
     with pytest.raises(ValueError):
         am.read_with_memory(model, torch.zeros(10, dtype=torch.long), tgt_len=4, mem_len=4, n_keep=3)
@@ -296,7 +292,7 @@ def test_query_distance_and_mean_by_token():
         am.mean_by_token(values, ids[:, :2], n_tokens=5)
 
 
-def test_read_with_memory_adaptive_span_pads_trimmed_memory():
+def test_read_with_memory_adaptive_span_pads_trimmed_memory(tiny_model):
     model = tiny_model(adaptive_span=True, span_ramp=2, span_init=0.2, tgt_len=4, mem_len=8)
     with torch.no_grad():
         model.layers[1].dec_attn.span_frac.fill_(1.0)  # layer 0 keeps little memory, layer 1 all

@@ -1,6 +1,7 @@
 """Tests of txl_minimal.context: exact-context scoring and the effective-context estimates."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -16,16 +17,10 @@ from txl_minimal.model import TransformerXL, TXLConfig
 torch.set_num_threads(1)
 
 
-def tiny_model(attn_type: str = "rel", **kw) -> TransformerXL:
-    torch.manual_seed(0)
-    base = dict(n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, dropout=0.1, tgt_len=6,
-                mem_len=0 if attn_type == "abs" else 6, attn_type=attn_type)
-    base.update(kw)
-    model = TransformerXL(TXLConfig(**base))
-    with torch.no_grad():  # larger weights than the init, so every input visibly matters
-        for p in model.parameters():
-            p.normal_(0.0, 0.3)
-    return model
+@pytest.fixture
+def tiny_model(tiny_model):
+    """The shared tiny model, float32, with large weights so every input visibly matters."""
+    return functools.partial(tiny_model, noise=0.3, dtype=torch.float32, dropout=0.1)
 
 
 DATA = np.random.default_rng(0).integers(0, 27, 400)
@@ -45,8 +40,8 @@ def test_target_positions_leave_room_for_the_longest_context():
 # ---------------------------------------------------------------------------- exact context
 
 @pytest.mark.parametrize("attn_type", ["rel", "abs"])
-def test_context_nll_equals_one_explicit_window_per_target(attn_type):
-    model = tiny_model(attn_type).eval()
+def test_context_nll_equals_one_explicit_window_per_target(tiny_model, attn_type):
+    model = tiny_model(attn_type=attn_type, mem_len=0 if attn_type == "abs" else 6)
     targets = target_positions(len(DATA), 9, max_context=10)
     got = context_nll(model, DATA, targets, context=10, batch_size=4)  # 3 batches, the last short
     ids = torch.as_tensor(DATA)
@@ -61,8 +56,8 @@ def test_context_nll_equals_one_explicit_window_per_target(attn_type):
 
 
 @pytest.mark.parametrize("kw", [{}, dict(seg_len=4, mem_len=4), dict(seg_len=3, mem_len=5)])
-def test_only_the_last_c_characters_matter(kw):
-    model = tiny_model("rel").eval()
+def test_only_the_last_c_characters_matter(tiny_model, kw):
+    model = tiny_model()
     c, targets = 12, target_positions(len(DATA), 6, max_context=40)
     base = context_nll(model, DATA, targets, c, **kw)
     before = DATA.copy()
@@ -75,8 +70,8 @@ def test_only_the_last_c_characters_matter(kw):
     assert np.all(np.abs(context_nll(model, inside, targets, c, **kw) - base) > 1e-7)
 
 
-def test_chunked_reading_with_a_memory_covering_the_window_equals_one_pass():
-    model = tiny_model("rel").eval()
+def test_chunked_reading_with_a_memory_covering_the_window_equals_one_pass(tiny_model):
+    model = tiny_model()
     targets = target_positions(len(DATA), 8, max_context=20)
     one_pass = context_nll(model, DATA, targets, 20)
     chunked = context_nll(model, DATA, targets, 20, seg_len=6, mem_len=19)  # segments 2+6+6+6
@@ -85,8 +80,8 @@ def test_chunked_reading_with_a_memory_covering_the_window_equals_one_pass():
     assert np.abs(short_memory - one_pass).max() > 1e-4  # a short memory is a different reading
 
 
-def test_context_nll_restores_lengths_and_mode():
-    model = tiny_model("rel", clamp_len=0)
+def test_context_nll_restores_lengths_and_mode(tiny_model):
+    model = tiny_model(clamp_len=0).train()
     model.train()
     before = model.cfg.to_dict()
     context_nll(model, DATA, [50, 60], 16, seg_len=4, mem_len=8, clamp_len=5)
@@ -95,8 +90,8 @@ def test_context_nll_restores_lengths_and_mode():
         context_nll(model, DATA, [10], 16)  # not 16 tokens before position 10
 
 
-def test_loss_vs_context_rows_are_contexts():
-    model = tiny_model("abs").eval()
+def test_loss_vs_context_rows_are_contexts(tiny_model):
+    model = tiny_model(attn_type="abs", mem_len=0)
     targets = target_positions(len(DATA), 5, max_context=8)
     table = loss_vs_context(model, DATA, [1, 4, 8], targets)
     assert table.shape == (3, 5) and np.all(np.isfinite(table)) and np.all(table > 0)

@@ -11,6 +11,7 @@ import os
 import re
 import urllib.error
 import urllib.request
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -18,9 +19,10 @@ import numpy as np
 import pytest
 import torch
 
+import txl_minimal.data
 from txl_minimal.data import (MINI_PATH, REPO_DATA, VOCAB, VOCAB_SIZE, Corpus, CorpusError,
                               LMOrderedIterator, Text8Source, decode, encode, load_corpus,
-                              load_text8, load_text8_mini, split_corpus)
+                              load_text8, load_text8_mini, split_corpus, text8_dir)
 
 
 @pytest.fixture(autouse=True)
@@ -233,6 +235,50 @@ def test_env_vars_choose_corpus_and_dir(tmp_path, monkeypatch):
         load_corpus("text9")
 
 
+@pytest.mark.parametrize("split", ["train", "valid", "test"])
+def test_truncated_cache_is_named_and_rebuilt(tmp_path, split):
+    """A .npy cut short (a full disk, a killed copy) used to crash inside numpy."""
+    src, _, _ = fake_text8(tmp_path)
+    d = tmp_path / "data"
+    c = load_text8(d, source=src, progress=False)
+    good = {s: np.array(getattr(c, s)) for s in ("train", "valid", "test")}  # copies: memmaps see damage
+    bad = d / f"text8.{split}.npy"
+    bad.write_bytes(bad.read_bytes()[:-100])
+    with pytest.warns(UserWarning, match=f"{re.escape(str(bad))} is truncated or corrupt.*rebuilding"):
+        c = load_text8(d, source=src, opener=never_called)  # from the verified text8.zip
+    assert all(np.array_equal(getattr(c, s), a) for s, a in good.items())
+    np.save(bad, np.zeros(5, dtype=np.uint8))  # intact, but not this split's length
+    with pytest.warns(UserWarning, match=f"{re.escape(str(bad))} holds \\(5,\\) uint8, not the"):
+        assert np.array_equal(getattr(load_text8(d, source=src, opener=never_called), split), good[split])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # repaired: read from the cache again, silently
+        assert isinstance(load_text8(d, source=src, opener=never_called).train, np.memmap)
+
+
+def test_truncated_cache_without_a_source_falls_back_under_auto(tmp_path, capsys):
+    src, _, _ = fake_text8(tmp_path)
+    d = tmp_path / "data"
+    load_text8(d, source=src, progress=False)
+    (d / "text8.zip").unlink()
+    (d / "text8.train.npy").write_bytes(b"")
+    with pytest.warns(UserWarning, match="text8.train.npy is truncated or corrupt"):
+        assert load_corpus("auto", data_dir=d, download=False).name == "text8-mini"
+    assert "using text8-mini instead" in capsys.readouterr().out
+
+
+def test_leftover_part_files_are_removed_by_the_next_download(tmp_path):
+    """A download or cache write killed mid-way leaves its temp file (the process never
+    reached its clean-up); the next attempt removes it. Unrelated files stay."""
+    src, _, _ = fake_text8(tmp_path)
+    d = tmp_path / "data"
+    d.mkdir()
+    for name in ("text8.zip.k2j4h1.part", "text8.train.npy.x9y8z7.part", "notes.part"):
+        (d / name).write_bytes(b"half a file")
+    load_text8(d, source=src, progress=False)
+    assert files(d) == {"text8.zip", "text8.train.npy", "text8.valid.npy", "text8.test.npy",
+                        "text8.vocab.txt", "notes.part"}
+
+
 # ---------------------------------------------------------------- text8-mini
 
 
@@ -244,6 +290,29 @@ def test_mini_corpus_loads():
     assert len(c.valid) == len(c.test) == round(n * 0.05)
     assert decode(c.train[:36]) == " anarchism is a political philosophy"
     assert all(a.dtype == np.uint8 and a.max() < 27 for a in (c.train, c.valid, c.test))
+
+
+def test_mini_ships_inside_the_package():
+    """MINI_PATH lies in the package and pyproject's package-data takes it into wheels."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    package = Path(txl_minimal.data.__file__).parent
+    rel = MINI_PATH.relative_to(package).as_posix()
+    pyproject = tomllib.loads((package.parent / "pyproject.toml").read_text())
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["txl_minimal"]
+    assert MINI_PATH.is_file() and any(Path(rel).match(p) for p in patterns), (rel, patterns)
+
+
+def test_text8_goes_to_a_writable_folder(tmp_path, monkeypatch):
+    """Source checkout: data/text8/; installed package: $TXL_DATA_DIR, else the user cache."""
+    assert text8_dir() == REPO_DATA / "text8"  # these tests run from a checkout
+    monkeypatch.setattr(txl_minimal.data, "REPO_DATA", tmp_path / "site-packages" / "data")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert text8_dir() == tmp_path / "cache" / "txl_minimal" / "text8"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert text8_dir() == tmp_path / "home" / ".cache" / "txl_minimal" / "text8"
+    monkeypatch.setenv("TXL_DATA_DIR", str(tmp_path / "mine"))
+    assert text8_dir() == tmp_path / "mine" and text8_dir(tmp_path / "arg") == tmp_path / "arg"
 
 
 def find_fixture():

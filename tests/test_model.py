@@ -2,42 +2,24 @@
 from __future__ import annotations
 
 import dataclasses
+import pydoc
+import re
+import sys
 
 import pytest
 import torch
 
-from txl_minimal.model import (TXLConfig, TransformerXL, attention_mask, rel_shift,
+from txl_minimal.data import decode, encode
+from txl_minimal.model import (TXLConfig, TXLOutput, TransformerXL, attention_mask, read_segments, rel_shift,
                                sinusoid_table)
 from reference import naive_forward, segment_visibility
 
 torch.set_num_threads(1)
 
 
-def tiny(**overrides) -> TXLConfig:
-    base = dict(vocab_size=27, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32,
-                dropout=0.0, dropatt=0.0, tgt_len=6, mem_len=6)
-    base.update(overrides)
-    return TXLConfig(**base)
-
-
-def make_model(seed: int = 0, **overrides) -> TransformerXL:
-    torch.manual_seed(seed)
-    model = TransformerXL(tiny(**overrides)).double().eval()
-    # Non-trivial biases so every term matters.
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    return model
-
-
-def run_segments(model: TransformerXL, tokens: torch.Tensor, seg_len: int, **kw):
+def run_segments(model: TransformerXL, tokens: torch.Tensor, seg_len: int) -> torch.Tensor:
     """Logits of consecutive segments, memory carried across."""
-    mems, outs = None, []
-    for s in range(0, tokens.size(1), seg_len):
-        out = model(tokens[:, s:s + seg_len], mems, **kw)
-        mems = out.mems
-        outs.append(out.logits)
-    return torch.cat(outs, dim=1)
+    return torch.cat([out.logits for _, out in read_segments(model, tokens, tgt_len=seg_len)], dim=1)
 
 
 # 1. rel-shift ------------------------------------------------------------------
@@ -65,8 +47,8 @@ def test_sinusoid_layout_is_sines_then_cosines():
 
 
 # 2. the four terms ---------------------------------------------------------------
-def test_four_terms_sum_to_the_score():
-    model = make_model()
+def test_four_terms_sum_to_the_score(tiny_model):
+    model = tiny_model()
     x = torch.randint(0, 27, (2, 6))
     mems = model(x).mems
     out = model(x, mems, return_attn=True, return_terms=True)
@@ -80,8 +62,8 @@ def test_four_terms_sum_to_the_score():
         torch.testing.assert_close(prob, expected)
 
 
-def test_only_term_a_without_u_v_and_wkr():
-    model = make_model()
+def test_only_term_a_without_u_v_and_wkr(tiny_model):
+    model = tiny_model()
     with torch.no_grad():
         model.r_w_bias.zero_()
         model.r_r_bias.zero_()
@@ -100,8 +82,8 @@ def test_only_term_a_without_u_v_and_wkr():
 # 3. causality --------------------------------------------------------------------
 @pytest.mark.parametrize("attn_type", ["rel", "abs", "shaw"])
 @pytest.mark.parametrize("same_length", [False, True])
-def test_future_tokens_never_change_the_past(attn_type, same_length):
-    model = make_model(attn_type=attn_type, same_length=same_length)
+def test_future_tokens_never_change_the_past(tiny_model, attn_type, same_length):
+    model = tiny_model(attn_type=attn_type, same_length=same_length)
     torch.manual_seed(1)
     x = torch.randint(0, 27, (2, 18))
     base = run_segments(model, x, 6)
@@ -113,22 +95,22 @@ def test_future_tokens_never_change_the_past(attn_type, same_length):
         assert not torch.allclose(changed[:, t + 1:], base[:, t + 1:])
 
 
-def test_memory_carries_information_across_segments():
-    model = make_model()
+def test_memory_carries_information_across_segments(tiny_model):
+    model = tiny_model()
     x = torch.randint(0, 27, (1, 12))
     y = x.clone()
     y[0, 2] = (x[0, 2] + 1) % 27                       # change one token of segment 1
     a, b = run_segments(model, x, 6), run_segments(model, y, 6)
     assert not torch.allclose(a[:, 6:], b[:, 6:])      # segment 2 sees it through memory
-    no_mem = make_model(mem_len=0)
+    no_mem = tiny_model(mem_len=0)
     a, b = run_segments(no_mem, x, 6), run_segments(no_mem, y, 6)
     torch.testing.assert_close(a[:, 6:], b[:, 6:], rtol=0, atol=0)
 
 
 # 4. recurrence equals a banded full-sequence computation ---------------------------
 @pytest.mark.parametrize("seg_len,mem_len", [(4, 4), (4, 6), (5, 3), (3, 0)])
-def test_one_layer_recurrence_equals_banded_mask(seg_len, mem_len):
-    model = make_model(n_layer=1, mem_len=mem_len, tgt_len=seg_len)
+def test_one_layer_recurrence_equals_banded_mask(tiny_model, seg_len, mem_len):
+    model = tiny_model(n_layer=1, mem_len=mem_len, tgt_len=seg_len)
     x = torch.randint(0, 27, (2, 15))
     seg = run_segments(model, x, seg_len)
     # The same layer on the whole sequence at once, with the segment-band mask.
@@ -138,15 +120,15 @@ def test_one_layer_recurrence_equals_banded_mask(seg_len, mem_len):
     h = model.word_emb(x) * model.emb_scale
     R = model.pos_emb(torch.arange(N - 1, -1, -1.0)).double()
     layer = model.layers[0]
-    h, _, _ = layer(h, None, R, mask, model.r_w_bias, model.r_r_bias)
+    h, _ = layer(h, None, R, mask, model.r_w_bias, model.r_r_bias)
     full = h @ model.word_emb.weight.T + model.out_bias
     torch.testing.assert_close(seg, full)
 
 
 @pytest.mark.parametrize("overrides", [{}, {"mem_len": 8}, {"pre_lnorm": True},
                                        {"untie_r": True, "n_layer": 3}, {"clamp_len": 3}])
-def test_n_layer_recurrence_equals_naive_reference(overrides):
-    model = make_model(**overrides)
+def test_n_layer_recurrence_equals_naive_reference(tiny_model, overrides):
+    model = tiny_model(**overrides)
     x = torch.randint(0, 27, (2, 16))
     cfg = model.cfg
     seg = run_segments(model, x, cfg.tgt_len)
@@ -154,8 +136,8 @@ def test_n_layer_recurrence_equals_naive_reference(overrides):
     torch.testing.assert_close(seg, ref)
 
 
-def test_longer_memory_at_evaluation_without_rebuilding():
-    model = make_model(mem_len=6)
+def test_longer_memory_at_evaluation_without_rebuilding(tiny_model):
+    model = tiny_model(mem_len=6)
     x = torch.randint(0, 27, (1, 24))
     model.set_lengths(mem_len=18, clamp_len=10)
     out = model(x[:, :12])
@@ -166,8 +148,8 @@ def test_longer_memory_at_evaluation_without_rebuilding():
 
 
 # 5. stop-gradient ----------------------------------------------------------------
-def test_no_gradient_reaches_the_previous_segment():
-    model = make_model()
+def test_no_gradient_reaches_the_previous_segment(tiny_model):
+    model = tiny_model()
     model.train()
     captured = []
     hook = model.layers[0].register_forward_hook(lambda m, i, o: captured.append(o[0]))
@@ -190,8 +172,8 @@ def test_no_gradient_reaches_the_previous_segment():
 # 6. fast path == explicit path ------------------------------------------------------
 @pytest.mark.parametrize("attn_type", ["rel", "abs", "shaw"])
 @pytest.mark.parametrize("with_mem,same_length", [(False, False), (True, False), (True, True)])
-def test_fast_path_equals_explicit_path(attn_type, with_mem, same_length):
-    model = make_model(attn_type=attn_type, same_length=same_length).float()
+def test_fast_path_equals_explicit_path(tiny_model, attn_type, with_mem, same_length):
+    model = tiny_model(attn_type=attn_type, same_length=same_length).float()
     x = torch.randint(0, 27, (2, 6))
     mems = model(x).mems if with_mem else None
 
@@ -208,16 +190,16 @@ def test_fast_path_equals_explicit_path(attn_type, with_mem, same_length):
         torch.testing.assert_close(gf[name], ge[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
-def test_same_length_window_and_no_nan_without_memory():
+def test_same_length_window_and_no_nan_without_memory(tiny_model):
     mask = attention_mask(qlen=4, mlen=6, same_length=True, mem_len=5)
     assert (~mask).sum(-1).tolist() == [5, 5, 5, 5]     # every query sees mem_len keys
-    model = make_model(same_length=True, mem_len=0)
+    model = tiny_model(same_length=True, mem_len=0)
     out = model(torch.randint(0, 27, (2, 6)))
     assert torch.isfinite(out.logits).all()
 
 
-def test_bf16_autocast_masked_scores_stay_finite():
-    model = make_model().float()
+def test_bf16_autocast_masked_scores_stay_finite(tiny_model):
+    model = tiny_model().float()
     x = torch.randint(0, 27, (2, 6))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         for fast in (True, False):
@@ -228,8 +210,8 @@ def test_bf16_autocast_masked_scores_stay_finite():
 
 # 7. generation -------------------------------------------------------------------
 @pytest.mark.parametrize("attn_type,mem_len", [("rel", 64), ("abs", 0), ("shaw", 64)])
-def test_generate_with_memory_equals_full_recomputation(attn_type, mem_len):
-    model = make_model(attn_type=attn_type, mem_len=mem_len, tgt_len=5 if mem_len else 64)
+def test_generate_with_memory_equals_full_recomputation(tiny_model, attn_type, mem_len):
+    model = tiny_model(attn_type=attn_type, mem_len=mem_len, tgt_len=5 if mem_len else 64)
     prompt = torch.randint(0, 27, (2, 13))
     fast = model.generate(prompt, 20, temperature=0)
     seq = prompt
@@ -239,8 +221,8 @@ def test_generate_with_memory_equals_full_recomputation(attn_type, mem_len):
     assert fast.equal(seq)
 
 
-def test_generate_sampling_is_reproducible_and_respects_top_k():
-    model = make_model()
+def test_generate_sampling_is_reproducible_and_respects_top_k(tiny_model):
+    model = tiny_model()
     prompt = torch.randint(0, 27, (8,))
     g = lambda: torch.Generator().manual_seed(3)
     a = model.generate(prompt, 30, temperature=1.0, top_k=1, generator=g())
@@ -252,9 +234,9 @@ def test_generate_sampling_is_reproducible_and_respects_top_k():
         model.generate(prompt, 3, temperature=-1.0)
 
 
-def test_generate_reads_every_token_once():
+def test_generate_reads_every_token_once(tiny_model):
     # memory (4) shorter than the prompt (13): old states drop out, nothing is recomputed
-    model = make_model(tgt_len=5, mem_len=4)
+    model = tiny_model(tgt_len=5, mem_len=4)
     seen = []
     model.word_emb.register_forward_hook(lambda m, inp, out: seen.append(inp[0].size(1)))
     out = model.generate(torch.randint(0, 27, (2, 13)), 20, temperature=0)
@@ -262,18 +244,40 @@ def test_generate_reads_every_token_once():
     assert sum(seen) == 13 + 20 - 1  # the prompt once, then each new token once (the last is not read)
 
 
+def test_generate_takes_and_returns_a_string(tiny_model, monkeypatch):
+    model = tiny_model()
+    text = model.generate("the king ", 12, temperature=0)
+    assert isinstance(text, str) and len(text) == 21 and text.startswith("the king ")
+    assert text == decode(model.generate(encode("the king "), 12, temperature=0))  # ids: the same
+    with pytest.raises(ValueError, match="'K' at position 4 is not in VOCAB"):
+        model.generate("the King", 3)
+    monkeypatch.delitem(sys.modules, "txl_minimal.data")  # as for model.py copied alone
+    with pytest.raises(ValueError, match=r"needs text8's alphabet.*Fix.*pass token ids"):
+        model.generate("the king ", 3)
+
+
+def test_help_shows_the_inputs_and_every_output_with_units():
+    shown = pydoc.plain(pydoc.render_doc(TransformerXL))  # what help(TransformerXL) prints
+    assert all(re.search(rf"^[\s|]*{name}\s+\(B, T\) integer ids", shown, re.M) for name in ("tokens", "targets"))
+    assert "previous segment's ``out.mems``" in shown and "return_attn" in shown
+    shown = pydoc.plain(pydoc.render_doc(TXLOutput))
+    for field, unit in (("logits", "nats"), ("mems", "d_model"), ("loss", "nats"), ("nll", "nats"),
+                        ("attn", "probabilities"), ("terms", "1/sqrt(d_head)")):
+        assert re.search(rf"^[\s|]*{field}:.*{re.escape(unit)}", shown, re.M), field
+
+
 # 8. errors -----------------------------------------------------------------------
 @pytest.mark.parametrize("field,value", [("n_layer", 0), ("d_model", -4), ("mem_len", -1),
                                          ("clamp_len", -2), ("attn_type", "relative"),
                                          ("dropout", 1.5), ("vocab_size", 2.5), ("d_model", 7),
                                          ("n_layer", True), ("dropout", "0.1")])
-def test_bad_config_names_the_field(field, value):
+def test_bad_config_names_the_field(tiny_config, field, value):
     with pytest.raises(ValueError, match=field):
-        tiny(**{field: value})
+        tiny_config(**{field: value})
 
 
-def test_bad_tokens_give_a_clear_error():
-    model = make_model()
+def test_bad_tokens_give_a_clear_error(tiny_model):
+    model = tiny_model()
     with pytest.raises(ValueError, match=r"token ids must be in \[0, 26\]"):
         model(torch.tensor([[1, 2, 27]]))
     with pytest.raises(ValueError, match="token ids"):
@@ -288,8 +292,8 @@ def test_bad_tokens_give_a_clear_error():
         model(torch.zeros(2, 0, dtype=torch.long))
 
 
-def test_set_lengths_validates_first_and_touches_one_model_only():
-    cfg = tiny(mem_len=8)
+def test_set_lengths_validates_first_and_touches_one_model_only(tiny_config):
+    cfg = tiny_config(mem_len=8)
     a, b = TransformerXL(cfg), TransformerXL(cfg)
     with pytest.raises(ValueError, match="mem_len"):
         a.set_lengths(tgt_len=3, mem_len=-3)
@@ -301,8 +305,8 @@ def test_set_lengths_validates_first_and_touches_one_model_only():
 
 # 9. interop with the authors' parameter names ------------------------------------------
 @pytest.mark.parametrize("overrides", [{}, {"untie_r": True}, {"tie_weights": False}])
-def test_official_state_dict_round_trip(overrides):
-    model = make_model(**overrides)
+def test_official_state_dict_round_trip(tiny_model, overrides):
+    model = tiny_model(**overrides)
     sd = model.official_state_dict()
     cfg = model.cfg
     hd = cfg.n_head * cfg.d_head
@@ -328,21 +332,21 @@ def test_official_state_dict_round_trip(overrides):
     assert model(x).logits.equal(other(x).logits)
 
 
-def test_official_state_dict_from_another_config_is_refused():
-    sd = make_model().official_state_dict()
+def test_official_state_dict_from_another_config_is_refused(tiny_model):
+    sd = tiny_model().official_state_dict()
     with pytest.raises((ValueError, RuntimeError)):
-        make_model(n_layer=3).load_official_state_dict(sd)
+        tiny_model(n_layer=3).load_official_state_dict(sd)
 
 
-def test_untied_official_softmax_is_not_dropped_silently():
-    sd = make_model(tie_weights=False).official_state_dict()
+def test_untied_official_softmax_is_not_dropped_silently(tiny_model):
+    sd = tiny_model(tie_weights=False).official_state_dict()
     with pytest.raises(ValueError, match="tie_weights=False"):
-        make_model().load_official_state_dict(sd)
+        tiny_model().load_official_state_dict(sd)
 
 
 # adaptive span (Sukhbaatar et al., 2019) ----------------------------------------------
 def test_span_mask_is_one_then_linear_then_zero():
-    from txl_minimal.model import span_mask
+    from txl_minimal.variants import span_mask
     z = torch.tensor([10.0, 3.5])
     dist = torch.arange(0, 60).float()
     m = span_mask(dist, z, ramp=8)
@@ -353,8 +357,8 @@ def test_span_mask_is_one_then_linear_then_zero():
         torch.testing.assert_close(m[h][ramp], (8 + zh - dist[ramp]) / 8)
 
 
-def test_adaptive_span_gets_gradients_and_trimming_changes_nothing():
-    model = make_model(adaptive_span=True, span_ramp=2, mem_len=12, tgt_len=6, n_layer=2)
+def test_adaptive_span_gets_gradients_and_trimming_changes_nothing(tiny_model):
+    model = tiny_model(adaptive_span=True, span_ramp=2, mem_len=12, tgt_len=6, n_layer=2)
     with torch.no_grad():
         for i, layer in enumerate(model.layers):
             layer.dec_attn.span_frac.copy_(torch.tensor([0.1, 0.2]) * (i + 1))
@@ -370,7 +374,7 @@ def test_adaptive_span_gets_gradients_and_trimming_changes_nothing():
         assert g is not None and (g != 0).all()
     # the layer-0 span (0.1, 0.2) * 18 tokens + ramp 2 reaches 6 keys back: memory trimmed
     assert model.layers[0].dec_attn.trim_memory(mems[0]).size(1) == 6
-    untrimmed = make_model(adaptive_span=True, span_ramp=2, mem_len=12, tgt_len=6, n_layer=2)
+    untrimmed = tiny_model(adaptive_span=True, span_ramp=2, mem_len=12, tgt_len=6, n_layer=2)
     untrimmed.load_state_dict(model.state_dict())
     for layer in untrimmed.layers:
         layer.dec_attn.trim_memory = lambda mem: mem

@@ -1,4 +1,4 @@
-"""Tests of txl_minimal.train: schedule, resume, DDP, checkpoints, evaluation, learning."""
+"""Tests of txl_minimal.train: schedule, presets, resume, DDP, learning, the command line."""
 from __future__ import annotations
 
 import csv
@@ -7,51 +7,15 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
-from txl_minimal import load_pretrained
-from txl_minimal.data import Corpus, encode, load_corpus
-from txl_minimal.model import TransformerXL, TXLConfig
-from txl_minimal.pretrained import PRETRAINED_DIR
-from txl_minimal.train import (TrainConfig, evaluate, load_checkpoint, lr_at, main, preset,
-                               save_checkpoint, sliding_window_eval, train)
+from txl_minimal.checkpoint import load_checkpoint
+from txl_minimal.data import Corpus, load_corpus
+from txl_minimal.train import TrainConfig, lr_at, main, preset, train
 
-torch.set_num_threads(1)
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def tiny_cfg(**overrides) -> TXLConfig:
-    base = dict(n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, dropout=0.1, dropatt=0.1,
-                tgt_len=8, mem_len=8)
-    base.update(overrides)
-    return TXLConfig(**base)
-
-
-def tiny_train_cfg(out: Path, **overrides) -> TrainConfig:
-    base = dict(batch_size=4, lr=3e-3, warmup_steps=3, max_steps=12, eval_interval=4, eval_tokens=64,
-                eval_batch_size=2, log_interval=2, out=str(out))
-    base.update(overrides)
-    return TrainConfig(**base)
-
-
-def synthetic_corpus(text: str, n_train: int = 4 * (8 * 5 + 1)) -> Corpus:
-    """Repeated text; the default train split holds exactly 5 segments per column (tgt_len 8)."""
-    ids = encode((text * (1 + 3 * n_train // len(text)))[: n_train + 400])
-    return Corpus("synthetic", ids[:n_train], ids[n_train:n_train + 200], ids[n_train + 200:])
-
-
-def random_model(attn_type: str = "rel", seed: int = 0, **kw) -> TransformerXL:
-    torch.manual_seed(seed)
-    model = TransformerXL(tiny_cfg(dropout=0.0, dropatt=0.0, attn_type=attn_type, **kw)).double().eval()
-    with torch.no_grad():  # bigger weights than the init so the context matters
-        for p in model.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-    return model
+from tiny import ROOT, synthetic_corpus, tiny_cfg, tiny_train_cfg
 
 
 # ----------------------------------------------------------------------------- schedule
@@ -133,24 +97,6 @@ def test_checkpoint_records_the_corpus_really_read(tmp_path, monkeypatch):
               resume=True, progress=False)
 
 
-def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
-    path = tmp_path / "ckpt.pt"
-    save_checkpoint({"step": 1, "w": torch.ones(3)}, path)
-    assert os.listdir(tmp_path) == ["ckpt.pt"]
-
-    def broken_save(obj, f, *args, **kwargs):
-        f.write(b"half a checkpoint")
-        raise OSError("disk full")
-
-    monkeypatch.setattr(torch, "save", broken_save)
-    with pytest.raises(OSError, match="disk full"):
-        save_checkpoint({"step": 2, "w": torch.zeros(3)}, path)
-    assert os.listdir(tmp_path) == ["ckpt.pt"]  # no temp file left behind
-    monkeypatch.undo()
-    good = torch.load(path, weights_only=True)
-    assert good["step"] == 1 and torch.equal(good["w"], torch.ones(3))
-
-
 def test_training_learns_a_repeated_string(tmp_path):
     corpus = synthetic_corpus("the quick brown fox jumps over the lazy dog ", n_train=4000)
     cfg = tiny_cfg(dropout=0.0, dropatt=0.0, d_model=32, d_head=16, d_inner=64, tgt_len=16, mem_len=16)
@@ -199,129 +145,25 @@ def test_ddp_two_cpu_processes_match_single_process(tmp_path):
     assert rel_diff(single, half) > 1e-3  # a rank training on its own columns would be caught
 
 
-# ----------------------------------------------------------------------------- evaluation
-
-def test_evaluate_scores_every_token_once():
-    model = random_model()
-    ids = torch.randint(0, 27, (103,))
-    cfg_before = model.cfg.to_dict()
-    res = evaluate(model, ids, batch_size=1, tgt_len=10, mem_len=7)
-    assert res["tokens"] == 102
-    assert model.cfg.to_dict() == cfg_before  # lengths restored
-
-    # the manual loop: consecutive segments of 10 (the last one has 2), memory carried
-    model.set_lengths(tgt_len=10, mem_len=7)
-    mems, total = None, 0.0
-    for s in range(0, 102, 10):
-        e = min(s + 10, 102)
-        out = model(ids[None, s:e], mems, targets=ids[None, s + 1:e + 1])
-        total, mems = total + out.nll.sum().item(), out.mems
-    model.set_lengths(tgt_len=8, mem_len=8)
-    assert res["loss"] == pytest.approx(total / 102, rel=1e-6)
-    assert res["bpc"] == pytest.approx(total / 102 / math.log(2), rel=1e-6)
-
-    # batch_size columns: column b is the slice [26b, 26b + 27), scored on its own
-    batched = evaluate(model, ids, batch_size=4, tgt_len=10, mem_len=7)
-    assert batched["tokens"] == 102
-    parts = [evaluate(model, ids[26 * b:26 * b + 27], tgt_len=10, mem_len=7) for b in range(4)]
-    assert sum(p["tokens"] for p in parts) == 102
-    assert batched["loss"] * 102 == pytest.approx(sum(p["loss"] * p["tokens"] for p in parts), rel=1e-6)
-
-    assert evaluate(model, ids, max_tokens=50)["tokens"] == 50
-    assert evaluate(model, ids.numpy().astype(np.uint8), batch_size=200)["tokens"] == 102
+def test_cli_sets_any_field_with_set(tmp_path, capsys):
+    """--set KEY=VALUE replaces the old one-field flags (--attn-type abs --mem-len 0 ...)."""
+    main(["--preset", "cpu-tiny", "--max-steps", "2", "--out", str(tmp_path), "--no-progress", "--set",
+          "attn_type=abs", "mem_len=0", "d_model=16", "d_head=8", "d_inner=32", "eval_tokens=64", "lr=0.002"])
+    assert capsys.readouterr().out.startswith("step 2: train bpc ")
+    ckpt = load_checkpoint(tmp_path / "ckpt.pt")
+    assert (ckpt["model_config"]["attn_type"], ckpt["model_config"]["mem_len"]) == ("abs", 0)
+    assert (ckpt["train_config"]["lr"], ckpt["train_config"]["max_steps"]) == (0.002, 2)
 
 
-def test_sliding_window_matches_explicit_windows():
-    model = random_model("abs", mem_len=0)
-    ids = torch.randint(0, 27, (41,))
-    context = 8
-    res = sliding_window_eval(model, ids, context, batch_size=5)
-    manual = []
-    for t in range(1, 41):  # token t from the (at most) `context` tokens before it, last position only
-        window = ids[max(0, t - context):t]
-        manual.append(F.cross_entropy(model(window[None]).logits[0, -1], ids[t]).item())
-    assert res["tokens"] == 40
-    assert res["loss"] == pytest.approx(sum(manual) / 40, rel=1e-6)
-    limited = sliding_window_eval(model, ids, context, max_predictions=20, batch_size=3)
-    assert limited["tokens"] == 20 and limited["loss"] == pytest.approx(sum(manual[:20]) / 20, rel=1e-6)
-    short = sliding_window_eval(model, ids[:5], context)  # shorter than one window
-    assert short["tokens"] == 4 and short["loss"] == pytest.approx(sum(manual[:4]) / 4, rel=1e-6)
-    assert model.cfg.mem_len == 0 and model.cfg.tgt_len == 8 and not model.training
-
-
-# ----------------------------------------------------------------------------- command-line evaluation
-
-def _printed_bpc(out: str) -> float:
-    """The bpc in the line `python -m txl_minimal.train --evaluate` prints."""
-    return float(re.search(r"bpc (\d+\.\d+) over", out).group(1))
-
-
-def test_cli_evaluates_a_run_directory_or_checkpoint(tmp_path, capsys, monkeypatch):
-    monkeypatch.delenv("TXL_CORPUS", raising=False)
-    run = tmp_path / "run"
-    train(tiny_cfg(), tiny_train_cfg(run, max_steps=2, eval_interval=2), synthetic_corpus("abc def "),
-          progress=False)
-    ckpt = load_checkpoint(run / "ckpt.pt")
-    torch.manual_seed(1)  # big random weights, so the memory length changes the bpc (by ~0.1)
-    weights = {k: v + torch.randn_like(v) if v.is_floating_point() else v for k, v in ckpt["model"].items()}
-    save_checkpoint(dict(ckpt, model=weights), run / "ckpt.pt")
-    model = TransformerXL(tiny_cfg()).eval()
-    model.load_state_dict(weights)
-    test = load_corpus("text8-mini").test
-    main(["--evaluate", str(run), "--corpus", "text8-mini", "--split", "test", "--eval-mem-len", "16",
-          "--max-predictions", "300", "--no-progress"])
-    out = capsys.readouterr().out
-    assert "over 300 predictions" in out and "mem_len=16" in out and "tgt_len=8" in out
-    expected = evaluate(model, test, batch_size=1, mem_len=16, max_tokens=300)["bpc"]
-    assert _printed_bpc(out) == pytest.approx(expected, abs=6e-5)
-    # the training mem_len (8) would give another number: --eval-mem-len really arrived
-    assert _printed_bpc(out) != pytest.approx(evaluate(model, test, max_tokens=300)["bpc"], abs=0.05)
-
-    main(["--evaluate", str(run / "ckpt.pt"), "--corpus", "text8-mini", "--sliding-window", "8",
-          "--max-predictions", "50", "--no-progress"])
-    out = capsys.readouterr().out
-    expected = sliding_window_eval(model, load_corpus("text8-mini").valid, 8, max_predictions=50)["bpc"]
-    assert "on text8-mini valid: " in out and _printed_bpc(out) == pytest.approx(expected, abs=6e-5)
-
-    with pytest.raises(ValueError, match="names corpus 'synthetic'.*--corpus"):
-        main(["--evaluate", str(run), "--no-progress"])
-    with pytest.raises(FileNotFoundError, match="nothing to evaluate.*Fix"):
-        main(["--evaluate", str(tmp_path / "nope")])
-
-
-@pytest.mark.parametrize("argv, message", [
-    (["--eval-mem-len", "16"], "add --evaluate"),
-    (["--evaluate", "txl", "--sliding-window", "8", "--eval-mem-len", "16"], "drop --eval-mem-len"),
-    (["--evaluate", "runs/x", "--update-json"], "--evaluate txl or vanilla"),
-    (["--evaluate", "txl", "--update-json", "--split", "test"], "drop --split"),
-])
-def test_cli_rejects_evaluation_options_it_would_ignore(argv, message, capsys):
-    with pytest.raises(SystemExit):
-        main(argv)
-    assert message in capsys.readouterr().err
-
-
-# ----------------------------------------------------------------------------- shipped models
-
-def test_load_pretrained_rejects_unknown_names():
-    with pytest.raises(ValueError, match="txl, vanilla"):
-        load_pretrained("gpt")
-
-
-@pytest.mark.skipif(not (PRETRAINED_DIR / "txl.pt").exists() or not (PRETRAINED_DIR / "vanilla.pt").exists(),
-                    reason="shipped models not built yet")
-def test_pretrained_models_load_offline_and_predict_text8(capsys):
-    test = load_corpus("text8-mini").test
-    txl, vanilla = load_pretrained("txl"), load_pretrained("vanilla")
-    assert not txl.training and txl.cfg.attn_type == "rel" and txl.cfg.mem_len == 64
-    assert not vanilla.training and vanilla.cfg.attn_type == "abs" and vanilla.cfg.mem_len == 0
-    assert evaluate(txl, test, max_tokens=2000)["bpc"] < 2.5
-    assert sliding_window_eval(vanilla, test, 64, max_predictions=500)["bpc"] < 2.5
-    for name in ("txl", "vanilla"):
-        assert (PRETRAINED_DIR / f"{name}.json").exists() and (PRETRAINED_DIR / f"{name}.log.csv").exists()
-        assert (PRETRAINED_DIR / f"{name}.pt").stat().st_size < 20e6
-    shipped = (PRETRAINED_DIR / "txl.json").read_bytes()
-    main(["--evaluate", "txl", "--split", "test", "--max-predictions", "2000", "--no-progress"])
-    assert _printed_bpc(capsys.readouterr().out) == pytest.approx(evaluate(txl, test, max_tokens=2000)["bpc"],
-                                                                  abs=6e-5)
-    assert (PRETRAINED_DIR / "txl.json").read_bytes() == shipped  # only --update-json rewrites it
+def test_evaluation_lines_without_the_bar_and_no_bar_in_a_log_file(tmp_path, capfd):
+    """--no-progress drops the bar only; where stderr is not a terminal (a log file, here
+    pytest's capture) the command shows no bar either, so no carriage-return lines."""
+    settings = ["--max-steps", "4", "--set", "d_model=16", "d_head=8", "d_inner=32", "eval_tokens=64",
+                "eval_interval=2"]
+    for flags in (["--no-progress"], []):
+        main(["--out", str(tmp_path / str(len(flags))), *flags, *settings])
+        out, err = capfd.readouterr()
+        assert re.findall(r"^step (\d): train bpc \d\.\d{3}, valid bpc \d\.\d{3}$", out, re.M) == ["2", "4"]
+        assert "\r" not in err
+    train(tiny_cfg(), tiny_train_cfg(tmp_path / "quiet", max_steps=4), synthetic_corpus("abc def "), progress=False)
+    assert capfd.readouterr() == ("", "")  # the library call stays silent (the notebooks use it)

@@ -17,7 +17,7 @@ Section 3.2 (segment-level recurrence):
   segmentwise_forward  the recurrent model as it really runs, segment by segment
   input_influence, influence_span   gradient-based dependency of one output
   capture_layer_inputs, previous_segment_grads   the stop-gradient SG(.)
-  bpc_vs_memory        evaluation bpc as the memory grows (calls train.evaluate)
+  bpc_vs_memory        evaluation bpc as the memory grows (calls evaluate.evaluate)
 
   source_lines         the lines of a function that implement an equation, to print
 """
@@ -26,13 +26,15 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import time
 from typing import Callable, Iterator, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from .model import TransformerXL, sinusoid_table
-from .train import evaluation_lengths
+from .data import as_ids
+from .evaluate import evaluate as evaluate_segments
+from .model import TransformerXL, read_segments, sinusoid_table
 
 # ----------------------------------------------------------------------------
 # 3.3 The score, term by term
@@ -67,8 +69,7 @@ def head_weights(model: TransformerXL, layer: int, head: int) -> dict[str, torch
     w_q, w_k, w_v = att.qkv_net.weight.split(hd, dim=0)
     out = {"w_q": w_q[rows], "w_kE": w_k[rows], "w_v": w_v[rows]}
     if cfg.attn_type == "rel":
-        u = att.r_w_bias if cfg.untie_r else model.r_w_bias
-        v = att.r_r_bias if cfg.untie_r else model.r_r_bias
+        u, v = model.uv(layer)
         out.update(w_kR=att.r_net.weight[rows], u=u[head], v=v[head])
     return out
 
@@ -200,12 +201,9 @@ def position_bias(model: TransformerXL, layer: int, max_dist: int) -> torch.Tens
     cfg = model.cfg
     if cfg.attn_type != "rel":
         raise ValueError("position_bias needs attn_type='rel'")
-    att = model.layers[layer].dec_attn
-    v = att.r_r_bias if cfg.untie_r else model.r_r_bias
-    dist = torch.arange(max_dist + 1, device=v.device, dtype=torch.float32)
-    if cfg.clamp_len > 0:
-        dist = dist.clamp(max=cfg.clamp_len)
-    r = att.r_net(model.pos_emb(dist).to(v.dtype)).view(-1, cfg.n_head, cfg.d_head)
+    v = model.uv(layer)[1]
+    R = model.relative_encoding(max_dist + 1).flip(0)  # R_0, ..., R_max_dist
+    r = model.layers[layer].dec_attn.r_net(R.to(v.dtype)).view(-1, cfg.n_head, cfg.d_head)
     return torch.einsum("khd,hd->hk", r, v)
 
 
@@ -224,14 +222,9 @@ def attention_on_repeat(model: TransformerXL, segment: torch.Tensor, layer: int 
     absolute-position model gives them identical layer-0 keys. The model's
     ``mem_len`` is set to L for the call and restored afterwards.
     """
-    saved = model.cfg.mem_len
     L = segment.size(1)
-    model.set_lengths(mem_len=L)
-    try:
-        first = model(segment)
-        second = model(segment, first.mems, return_attn=True)
-    finally:
-        model.set_lengths(mem_len=saved)
+    twice = torch.cat([segment, segment], dim=1)
+    *_, (_, second) = read_segments(model, twice, tgt_len=L, mem_len=L, attn_last=1)
     return second.attn[layer][0]
 
 
@@ -324,36 +317,20 @@ def band_forward(model: TransformerXL, embeddings: torch.Tensor, seg_len: int,
     """
     cfg = model.cfg
     mem_len = cfg.mem_len if mem_len is None else mem_len
-    n = embeddings.size(1)
-    x = embeddings
-    dev = x.device
+    n, x = embeddings.size(1), embeddings
     if cfg.attn_type == "abs":  # every segment restarts at U_0
-        x = x + model.pos_emb(torch.arange(n, device=dev) % seg_len).to(x.dtype)
-        pos = None
-    elif cfg.attn_type == "rel":
-        dist = torch.arange(n - 1, -1, -1.0, device=dev)
-        if cfg.clamp_len > 0:
-            dist = dist.clamp(max=cfg.clamp_len)
-        pos = model.pos_emb(dist).to(x.dtype)
-    else:
-        pos = torch.arange(n - 1, -1, -1, device=dev).clamp(max=cfg.shaw_max_dist)
-    mask = segment_band_mask(n, seg_len, mem_len, cfg.same_length, device=dev)
-    h = x
-    for layer in model.layers:
-        h, _, _ = layer(h, None, pos, mask, model.r_w_bias, model.r_r_bias, fast=False)
-    weight = model.word_emb.weight if model.out_weight is None else model.out_weight
-    return F.linear(h, weight, model.out_bias)
+        x = x + model.pos_emb(torch.arange(n, device=x.device) % seg_len).to(x.dtype)
+    pos = None if cfg.attn_type == "abs" else model.relative_encoding(n).to(x.dtype)
+    mask = segment_band_mask(n, seg_len, mem_len, cfg.same_length, device=x.device)
+    for i, layer in enumerate(model.layers):
+        x, _ = layer(x, None, pos, mask, *model.uv(i), return_attn=True)  # the explicit path
+    return model.output_logits(x)
 
 
 def segmentwise_forward(model: TransformerXL, tokens: torch.Tensor, seg_len: int) -> torch.Tensor:
     """Logits (B, N, V) computed as the model really runs: segment by segment,
     carrying ``mems`` (``model.cfg.mem_len`` of them) from one to the next."""
-    mems, outs = None, []
-    for s in range(0, tokens.size(1), seg_len):
-        out = model(tokens[:, s:s + seg_len], mems)
-        mems = out.mems
-        outs.append(out.logits)
-    return torch.cat(outs, dim=1)
+    return torch.cat([out.logits for _, out in read_segments(model, tokens, tgt_len=seg_len)], dim=1)
 
 
 def input_influence(model: TransformerXL, tokens: torch.Tensor, position: int, seg_len: int,
@@ -428,10 +405,9 @@ def bpc_vs_memory(model: TransformerXL, data, mem_lens: Sequence[int],
     """bpc of ``data`` for each evaluation memory length in ``mem_lens``.
 
     Calls ``evaluate(model, data, mem_len=m, **eval_kwargs)`` (default:
-    ``txl_minimal.train.evaluate``, which restores the model's lengths).
+    ``txl_minimal.evaluate.evaluate``, which restores the model's lengths).
     """
-    if evaluate is None:
-        from .train import evaluate
+    evaluate = evaluate or evaluate_segments
     return [float(evaluate(model, data, mem_len=m, **eval_kwargs)["bpc"]) for m in mem_lens]
 
 
@@ -452,29 +428,14 @@ def segment_position_nll(model: TransformerXL, data, tgt_len: Optional[int] = No
     whose first positions have no context). Only full segments are scored.
     Lengths left as None keep the model's; they are restored afterwards.
     """
-    ids = _as_ids(data)
-    device = next(model.parameters()).device
-    with evaluation_lengths(model, tgt_len=tgt_len, mem_len=mem_len):
-        L = model.cfg.tgt_len
-        n_seg = (len(ids) - 1) // L
-        if n_seg < 1:
-            raise ValueError(f"segment_position_nll needs more than tgt_len={L} tokens, got {len(ids)}")
-        ids = ids[: n_seg * L + 1].to(device)
-        rows, mems = [], None
-        for s in range(0, n_seg * L, L):
-            out = model(ids[None, s:s + L], mems, targets=ids[None, s + 1:s + L + 1])
-            rows.append(out.nll[0])
-            mems = out.mems
-    return torch.stack(rows).cpu()
-
-
-def _as_ids(data) -> torch.Tensor:
-    """A LongTensor copy of token ids given as a list, numpy array, memmap or tensor."""
-    if isinstance(data, torch.Tensor):
-        return data.detach().cpu().long().clone()
-    import numpy as np
-
-    return torch.from_numpy(np.array(data, dtype=np.int64))
+    ids = as_ids(data)
+    L = model.cfg.tgt_len if tgt_len is None else tgt_len
+    n_seg = (len(ids) - 1) // L
+    if n_seg < 1:
+        raise ValueError(f"segment_position_nll needs more than tgt_len={L} tokens, got {len(ids)}")
+    ids = ids[: n_seg * L + 1].to(next(model.parameters()).device)
+    segments = read_segments(model, ids[None, :-1], ids[None, 1:], tgt_len=L, mem_len=mem_len)
+    return torch.stack([out.nll[0] for _, out in segments]).cpu()
 
 
 def throughput(runs: dict, repeats: int = 3) -> dict:
@@ -485,8 +446,6 @@ def throughput(runs: dict, repeats: int = 3) -> dict:
     fastest time of each is kept, so a slow spell on a shared machine slows
     every run rather than one of them, and ratios between runs stay meaningful.
     """
-    import time
-
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     best = {name: math.inf for name in runs}

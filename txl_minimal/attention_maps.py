@@ -36,9 +36,8 @@ import numpy as np
 import torch
 
 from .analysis import distance_matrix, scores_to_probs
-from .data import decode
-from .model import TransformerXL, attention_mask
-from .train import evaluation_lengths
+from .data import as_ids, decode
+from .model import TransformerXL, attention_mask, read_segments
 
 SPACE = "\u2423"  # "open box", how the tick labels show a space
 
@@ -103,31 +102,27 @@ def read_with_memory(model: TransformerXL, ids, tgt_len: int, mem_len: int,
     mode are restored afterwards; runs in eval mode (no dropout). With adaptive span,
     memory a layer drops gets probability 0 (terms NaN).
     """
-    ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))
+    ids = as_ids(ids)
     if ids.dim() != 1:
         raise ValueError(f"ids must be 1-D (one text), got shape {tuple(ids.shape)}")
     n_seg = len(ids) // tgt_len
     if not 1 <= n_keep <= n_seg:
         raise ValueError(f"{len(ids)} tokens make {n_seg} segments of {tgt_len}; n_keep={n_keep} "
                          "must be between 1 and that")
-    device = next(model.parameters()).device
-    kept, mems = [], None
-    with evaluation_lengths(model, tgt_len, mem_len, clamp_len, same_length):
-        for s in range(n_seg):
-            start = s * tgt_len
-            seg = ids[start:start + tgt_len].to(device)[None]
-            keep = s >= n_seg - n_keep
-            out = model(seg, mems, return_attn=keep, return_terms=keep and terms)
-            if keep:
-                mlen = 0 if mems is None else mems[0].size(1)
-                klen = mlen + tgt_len
-                mask = attention_mask(tgt_len, mlen, model.cfg.same_length, model.cfg.mem_len)
-                kept.append(SegmentAttention(
-                    attn=torch.stack([_left_pad(a[0], klen, 0.0) for a in out.attn]).float().cpu(),
-                    mask=mask.cpu(), key_ids=ids[start - mlen:start + tgt_len].clone(), start=start,
-                    terms=[{k: _left_pad(t[0], klen, float("nan")).float().cpu() for k, t in d.items()}
-                           for d in out.terms] if terms else None))
-            mems = out.mems
+    tokens = ids[None, :n_seg * tgt_len].to(next(model.parameters()).device)
+    kept = []
+    for start, out in read_segments(model, tokens, tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len,
+                                    same_length=same_length, attn_last=n_keep, terms=terms):
+        if out.attn is None:
+            continue  # an earlier segment: it only fills the memory
+        mlen = min(start, model.cfg.mem_len)
+        klen = mlen + tgt_len
+        kept.append(SegmentAttention(
+            attn=torch.stack([_left_pad(a[0], klen, 0.0) for a in out.attn]).float().cpu(),
+            mask=attention_mask(tgt_len, mlen, model.cfg.same_length, model.cfg.mem_len),
+            key_ids=ids[start - mlen:start + tgt_len].clone(), start=start,
+            terms=[{k: _left_pad(t[0], klen, float("nan")).float().cpu() for k, t in d.items()}
+                   for d in out.terms] if terms else None))
     return kept
 
 

@@ -25,16 +25,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from txl_minimal.model import TransformerXL
-
-LN2 = math.log(2.0)
-
-
-def _ids(data) -> torch.Tensor:
-    """Token ids (list, numpy array or memmap, tensor) as a 1-D LongTensor on the CPU."""
-    if isinstance(data, torch.Tensor):
-        return data.detach().cpu().long().flatten()
-    return torch.from_numpy(np.array(data, dtype=np.int64)).flatten()
+from txl_minimal.data import as_ids
+from txl_minimal.model import TransformerXL, read_segments
+from txl_minimal.utils import LN2  # noqa: F401  (notebook 06 imports it from here)
 
 
 def target_positions(n_tokens: int, n_targets: int, max_context: int) -> np.ndarray:
@@ -77,7 +70,7 @@ def context_nll(model: TransformerXL, data, targets: Sequence[int], context: int
     ``clamp_len`` (relative models) caps the distances given their own encoding.
     The model's lengths are restored afterwards. Returns float64, shape (len(targets),).
     """
-    ids = _ids(data)
+    ids = as_ids(data).flatten()
     t = torch.as_tensor(np.asarray(targets, dtype=np.int64))
     if context < 1:
         raise ValueError(f"context must be >= 1, got {context}")
@@ -90,27 +83,15 @@ def context_nll(model: TransformerXL, data, targets: Sequence[int], context: int
     device = next(model.parameters()).device
     one_pass = cfg.attn_type == "abs" or mem_len == 0 or mem_len is None or mem_len >= context
     L = context if one_pass else min(seg_len or cfg.tgt_len, context)
-    M = 0 if one_pass else mem_len
-    saved = (cfg.tgt_len, cfg.mem_len, cfg.clamp_len, cfg.same_length)
-    was_training = model.training
-    model.eval()
-    out = []
-    try:
-        model.set_lengths(tgt_len=L, mem_len=M, clamp_len=clamp_len, same_length=False)
-        offsets = torch.arange(-context, 0)
-        for s in range(0, len(t), batch_size):
-            tb = t[s:s + batch_size]
-            windows = ids[tb[:, None] + offsets[None, :]].to(device)  # (B, context)
-            mems, first = None, context - L * (-(-context // L) - 1)  # a short first segment, full last ones
-            bounds = [0] + list(range(first, context + 1, L))
-            for a, b in zip(bounds[:-1], bounds[1:]):
-                res = model(windows[:, a:b], mems)
-                mems = res.mems
-            logits = res.logits[:, -1].float()
-            out.append(F.cross_entropy(logits, ids[tb].to(device), reduction="none").double().cpu())
-    finally:
-        model.set_lengths(*saved)
-        model.train(was_training)
+    first = context - L * (-(-context // L) - 1)  # a short first segment, full last ones
+    out, offsets = [], torch.arange(-context, 0)
+    for s in range(0, len(t), batch_size):
+        tb = t[s:s + batch_size]
+        windows = ids[tb[:, None] + offsets[None, :]].to(device)  # (B, context)
+        *_, (_, last) = read_segments(model, windows, tgt_len=L, mem_len=0 if one_pass else mem_len,
+                                      clamp_len=clamp_len, same_length=False, first_len=first)
+        logits = last.logits[:, -1].float()
+        out.append(F.cross_entropy(logits, ids[tb].to(device), reduction="none").double().cpu())
     return torch.cat(out).numpy()
 
 

@@ -26,10 +26,14 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
+from txl_minimal.utils import atomic_write, remove_leftovers
+
 VOCAB = " abcdefghijklmnopqrstuvwxyz"  # id 0 = space, 1 = a, ..., 26 = z
 VOCAB_SIZE = len(VOCAB)
+# text8-mini ships inside the package (so `pip install .` has it too); REPO_DATA is the
+# repository's data/ folder, present only in a source checkout (its build script lives there).
+MINI_PATH = Path(__file__).resolve().parent / "corpus" / "text8-mini.txt.gz"
 REPO_DATA = Path(__file__).resolve().parents[1] / "data"
-MINI_PATH = REPO_DATA / "text8-mini.txt.gz"
 MINI_HINT = "use the bundled corpus instead: TXL_CORPUS=text8-mini (or load_corpus('text8-mini'))"
 
 # byte value -> token id; 255 marks a byte outside the vocabulary
@@ -106,18 +110,6 @@ def split_corpus(ids: np.ndarray, heldout_fraction: float = 0.1) -> tuple[np.nda
 # ---------------------------------------------------------------------------- files
 
 
-def _atomic_write(path: Path, write: Callable) -> None:
-    """Call write(file) on a temp file next to `path`, then rename: never a half file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def _fix_hint(data_dir: Path, src: Text8Source, placed: Path | None = None) -> str:
     """How to get a good text8; ``placed`` is a bad local file, which would win again
     (data_dir/text8 is read before text8.zip), so it has to go first."""
@@ -187,25 +179,55 @@ def _download_text8(src: Text8Source, data_dir: Path, opener: Callable, timeout:
             os.unlink(tmp)
 
 
+def default_text8_dir() -> Path:
+    """data/text8/ in a source checkout (an editable install); for an installed package
+    (site-packages is no place for downloads) the user cache: $XDG_CACHE_HOME/txl_minimal/text8,
+    by default ~/.cache/txl_minimal/text8."""
+    if (REPO_DATA / "build_text8_mini.py").is_file():
+        return REPO_DATA / "text8"
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "txl_minimal" / "text8"
+
+
 def text8_dir(data_dir: str | Path | None = None) -> Path:
-    """Where text8 lives: data_dir, else $TXL_DATA_DIR, else <repo>/data/text8/."""
-    return Path(data_dir or os.environ.get("TXL_DATA_DIR") or REPO_DATA / "text8")
+    """Where text8 lives: data_dir, else $TXL_DATA_DIR, else default_text8_dir()."""
+    return Path(data_dir or os.environ.get("TXL_DATA_DIR") or default_text8_dir())
+
+
+def _read_cache(cache: list[Path], vocab_file: Path, src: Text8Source) -> tuple[list[np.ndarray], str | None]:
+    """(the memory-mapped splits, None), or ([], what is wrong with the cache): a file cut
+    short (a full disk, a killed copy) or one from another text8."""
+    if vocab_file.read_text() != VOCAB:
+        return [], f"{vocab_file} holds another vocabulary"
+    arrays = []
+    for path, size in zip(cache, map(len, split_corpus(range(src.text_bytes)))):  # range: no copy
+        try:
+            arr = np.load(path, mmap_mode="r")  # mmap: instant, no RAM copy
+        except (ValueError, OSError, EOFError) as e:
+            return [], f"{path} is truncated or corrupt ({e or type(e).__name__})"
+        if arr.dtype != np.uint8 or arr.shape != (size,):
+            return [], f"{path} holds {arr.shape} {arr.dtype}, not the {size:,} uint8 ids of its split"
+        arrays.append(arr)
+    return arrays, None
 
 
 def load_text8(data_dir: str | Path | None = None, download: bool = True, *,
                source: Text8Source = TEXT8, opener: Callable | None = None,
                timeout: float = 5.0, progress: bool = True) -> Corpus:
-    """Load text8 from the .npy cache; else from text8 / text8.zip in data_dir; else download."""
+    """Load text8 from the .npy cache; else from text8 / text8.zip in data_dir; else download.
+    A damaged cache is rebuilt (with a warning that names the file)."""
     d = text8_dir(data_dir)
     names = ("train", "valid", "test")
     cache = [d / f"text8.{n}.npy" for n in names]
     vocab_file = d / "text8.vocab.txt"
     if all(p.exists() for p in cache) and vocab_file.exists():
-        arrays = [np.load(p, mmap_mode="r") for p in cache]  # mmap: instant, no RAM copy
-        ok = sum(map(len, arrays)) == source.text_bytes and vocab_file.read_text() == VOCAB
-        if ok and all(a.dtype == np.uint8 for a in arrays):
+        arrays, problem = _read_cache(cache, vocab_file, source)
+        if problem is None:
             return Corpus("text8", *arrays)
+        warnings.warn(f"{problem}; rebuilding the text8 cache in {d} from text8 or text8.zip (or a download)",
+                      stacklevel=2)
 
+    remove_leftovers(d, "text8*.part")  # what a killed download or cache write left behind
     if (d / "text8").exists():  # placed by hand, already unzipped
         text = (d / "text8").read_bytes()
         _check_text(text, source, d, f"{d / 'text8'}", placed=d / "text8")
@@ -219,16 +241,16 @@ def load_text8(data_dir: str | Path | None = None, download: bool = True, *,
 
     splits = split_corpus(encode(text))
     for path, arr in zip(cache, splits):
-        _atomic_write(path, lambda f, a=arr: np.save(f, a))
-    _atomic_write(vocab_file, lambda f: f.write(VOCAB.encode()))  # written last: marks done
+        atomic_write(path, lambda f, a=arr: np.save(f, a), suffix=".part")
+    atomic_write(vocab_file, lambda f: f.write(VOCAB.encode()), suffix=".part")  # written last: marks done
     return Corpus("text8", *[np.load(p, mmap_mode="r") for p in cache])
 
 
 def load_text8_mini(path: str | Path = MINI_PATH) -> Corpus:
-    """Load the ~3.1M-character corpus shipped in data/ (built by data/build_text8_mini.py)."""
+    """Load the ~3.1M-character corpus shipped in the package (built by data/build_text8_mini.py)."""
     path = Path(path)
     if not path.exists():
-        raise CorpusError(f"{path} is missing; it ships with the repository (git clone it), "
+        raise CorpusError(f"{path} is missing; it ships with the package (reinstall it), "
                           "or rebuild it with data/build_text8_mini.py")
     return Corpus("text8-mini", *split_corpus(encode(gzip.decompress(path.read_bytes()))))
 
@@ -253,6 +275,23 @@ def load_corpus(name: str = "auto", data_dir: str | Path | None = None,
         print(f"text8 unavailable ({reason}); using text8-mini instead "
               "(TXL_CORPUS=text8 to insist).")
         return load_text8_mini()
+
+
+def as_ids(data, limit: int | None = None) -> torch.Tensor:
+    """Token ids (list, numpy array or memmap, tensor) as a new LongTensor on the CPU.
+
+    ``limit`` keeps only the first that many. Floats are refused rather than truncated.
+    """
+    data = data[:limit] if limit is not None else data
+    if not isinstance(data, torch.Tensor):
+        data = np.asarray(data)
+        if data.size and data.dtype.kind not in "iu":
+            raise ValueError(f"token ids must be integers, got {data.dtype}. "
+                             "Encode text with encode().")
+        return torch.from_numpy(data.astype(np.int64))  # astype copies
+    if data.is_floating_point() or data.is_complex() or data.dtype == torch.bool:
+        raise ValueError(f"token ids must be integers, got {data.dtype}. Encode text with encode().")
+    return data.detach().to("cpu", torch.long, copy=True)
 
 
 class LMOrderedIterator:

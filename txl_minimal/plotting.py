@@ -1,10 +1,14 @@
-"""Matplotlib figures for the tutorial notebooks (no seaborn; any checkpoint).
+"""Figures for the tutorial notebooks (any checkpoint).
 
 Every function draws into a new figure sized for a notebook, gives it titles and
 axis labels, and returns the ``Figure``; the caller decides when to ``plt.show()``.
+Matrices with a labelled colour bar are seaborn heatmaps (seaborn comes with
+``pip install "txl-minimal[notebooks]"``); the attention maps, which need log colour
+scales and axes in tokens, and the curves and bars stay plain matplotlib.
 """
 from __future__ import annotations
 
+import math
 from typing import Mapping, Optional, Sequence
 
 import matplotlib.pyplot as plt
@@ -16,6 +20,7 @@ from matplotlib.figure import Figure
 from .analysis import rel_shift_stages
 
 WIDTH = 10.0  # inches: the width of a notebook cell
+MASKED = "#e0e0e0"  # NaN (masked) cells: light grey
 
 
 def _np(x) -> np.ndarray:
@@ -24,27 +29,75 @@ def _np(x) -> np.ndarray:
     return np.asarray(x, dtype=float)
 
 
+def _seaborn():
+    try:
+        import seaborn
+    except ImportError as e:
+        raise ImportError("txl_minimal.plotting draws its heatmaps with seaborn: pip install seaborn "
+                          '(or pip install "txl-minimal[notebooks]")') from e
+    return seaborn
+
+
+def _color_limits(a: np.ndarray, center: bool, kw: dict) -> str | None:
+    """``center=True``: vmin/vmax symmetric around 0 (unless given) and a diverging map."""
+    if not center:
+        return None
+    lim = float(np.nanmax(np.abs(a))) if np.isfinite(a).any() else 1.0
+    kw.setdefault("vmin", -lim)
+    kw.setdefault("vmax", lim)
+    return "RdBu_r"
+
+
+def _titles(ax: Axes, title: str, xlabel: str, ylabel: str) -> None:
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+
+
 def heatmap(ax: Axes, m, title: str, xlabel: str = "key position j",
             ylabel: str = "query position i", cmap: str = "viridis",
             cbar_label: Optional[str] = None, center: bool = False, **imshow_kw):
     """imshow of a 2-D matrix; NaN (masked) cells light grey; a colorbar.
 
-    ``center=True`` uses a diverging colormap symmetric around 0.
+    ``center=True`` uses a diverging colormap symmetric around 0. For large matrices
+    with their own norm or extent (the attention maps); ``sns_heatmap`` for the others.
     """
     a = _np(m)
-    cm = plt.get_cmap("RdBu_r" if center else cmap).with_extremes(bad="#e0e0e0")
-    if center:
-        lim = float(np.nanmax(np.abs(a))) if np.isfinite(a).any() else 1.0
-        imshow_kw.setdefault("vmin", -lim)
-        imshow_kw.setdefault("vmax", lim)
+    cm = plt.get_cmap(_color_limits(a, center, imshow_kw) or cmap).with_extremes(bad=MASKED)
     im = ax.imshow(np.ma.masked_invalid(a), cmap=cm, aspect="auto", interpolation="nearest", **imshow_kw)
-    ax.set_title(title, fontsize=10)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    _titles(ax, title, xlabel, ylabel)
     cb = ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.03)
+    cb.outline.set_visible(False)  # the look of seaborn's heatmaps
+    ax.spines[:].set_visible(False)
     if cbar_label:
         cb.set_label(cbar_label)
     return im
+
+
+def _every(n: int, most: int) -> int:
+    """Label every k-th row or column, k a power of two: at most ``most`` labels."""
+    return 1 << max(0, math.ceil(math.log2(n / most)))
+
+
+def sns_heatmap(ax: Axes, m, title: str, xlabel: str = "key position j",
+                ylabel: str = "query position i", cmap: str = "viridis",
+                cbar_label: Optional[str] = None, center: bool = False, xticks: int = 8,
+                **heatmap_kw):
+    """``seaborn.heatmap`` of a 2-D matrix, cell (i, j) spanning [j, j+1] x [i, i+1]; at most
+    ``xticks`` (and 8) indices as tick labels; NaN (masked) cells light grey; a labelled
+    colour bar. ``center=True`` uses a diverging colormap symmetric around 0.
+    Returns the QuadMesh.
+    """
+    a = _np(m)
+    cmap = _color_limits(a, center, heatmap_kw) or cmap
+    heatmap_kw.setdefault("xticklabels", _every(a.shape[1], xticks))
+    heatmap_kw.setdefault("yticklabels", _every(a.shape[0], 8))
+    cbar_kws = {"fraction": 0.046, "pad": 0.03, **({"label": cbar_label} if cbar_label else {})}
+    _seaborn().heatmap(a, ax=ax, cmap=cmap, cbar_kws=cbar_kws, **heatmap_kw)
+    ax.set_facecolor(MASKED)  # seaborn leaves NaN cells out: the background shows
+    _titles(ax, title, xlabel, ylabel)
+    ax.tick_params(labelrotation=0)  # seaborn turns crowded labels; ours are spaced out
+    return ax.collections[-1]
 
 
 def plot_heatmaps(mats: Mapping[str, object], suptitle: str, xlabel: str = "key position j",
@@ -53,8 +106,8 @@ def plot_heatmaps(mats: Mapping[str, object], suptitle: str, xlabel: str = "key 
     """One row of heatmaps, one per (title, matrix) item."""
     fig, axes = plt.subplots(1, len(mats), figsize=(WIDTH, height), squeeze=False)
     for ax, (title, m) in zip(axes[0], mats.items()):
-        heatmap(ax, m, title, xlabel, ylabel if ax is axes[0, 0] else "", cbar_label=cbar_label,
-                center=center)
+        sns_heatmap(ax, m, title, xlabel, ylabel if ax is axes[0, 0] else "", cbar_label=cbar_label,
+                    center=center, xticks=max(4, 8 // len(mats)))
     fig.suptitle(suptitle)
     fig.tight_layout()
     return fig
@@ -73,8 +126,8 @@ def plot_score_terms(terms: Mapping[str, object], suptitle: str) -> Figure:
 def plot_sinusoids(R, title: str = "Sinusoid encodings $R_k$ (fixed, not learned)") -> Figure:
     """The table R (one row per distance k, sines then cosines)."""
     fig, ax = plt.subplots(figsize=(WIDTH, 3.5))
-    heatmap(ax, R, title, xlabel="dimension (sines | cosines)", ylabel="distance k = i - j",
-            cbar_label="value", center=True)
+    sns_heatmap(ax, R, title, xlabel="dimension (sines | cosines)", ylabel="distance k = i - j",
+                cbar_label="value", center=True)
     fig.tight_layout()
     return fig
 
@@ -187,12 +240,12 @@ def plot_dependency(influence: Mapping[int, object], position: int, seg_len: int
         g = _np(influence[d])
         img[row, g > 0] = np.log10(g[g > 0])
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(WIDTH, 3.5), gridspec_kw=dict(width_ratios=[2.2, 1]))
-    heatmap(ax, img, f"Which inputs reach output {position} (grey: exactly 0)", xlabel="input position s",
-            ylabel="layers N", cbar_label="log10 |d logit / d E_s|",
-            extent=(-0.5, n - 0.5, depths[-1] + 0.5, depths[0] - 0.5))
-    for b in range(0, n + 1, seg_len):
-        ax.axvline(b - 0.5, color="white", lw=0.8)
-    ax.axvline(position, color="red", lw=1.2, ls="--")
+    sns_heatmap(ax, img, f"Which inputs reach output {position} (grey: exactly 0)",
+                xlabel="input position s", ylabel="layers N", cbar_label="log10 |d logit / d E_s|",
+                yticklabels=depths)
+    for b in range(0, n + 1, seg_len):  # segment borders; cell s spans [s, s + 1]
+        ax.axvline(b, color="white", lw=0.8)
+    ax.axvline(position + 0.5, color="red", lw=1.2, ls="--")
     p = position % seg_len
     ds = np.array(depths)
     ax2.plot(ds, [spans[d] for d in depths], "o", label="measured span", zorder=3)

@@ -2,7 +2,7 @@
 
 text8 is the first 10^8 characters of Matt Mahoney's `wikifil.pl` run on
 `enwik9` (a 2006 English Wikipedia dump). This is our own Python rendering of
-the same rules, used to build the shipped `data/text8-mini.txt.gz`:
+the same rules, used to build the shipped `txl_minimal/corpus/text8-mini.txt.gz`:
 
 1. keep only the `<text>` body of each page; skip redirect pages;
 2. drop `<ref>..</ref>` references, then every other tag and `<!-- comment -->`;

@@ -1,0 +1,33 @@
+"""Shared fixtures: one tiny Transformer-XL for every test that needs a model."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tiny import TINY
+from txl_minimal.model import TransformerXL, TXLConfig
+
+
+@pytest.fixture
+def tiny_config():
+    """Factory: ``tiny_config(**overrides)`` -> a 2-layer, 2-head, d_model 16 ``TXLConfig``."""
+    return lambda **overrides: TXLConfig(**{**TINY, **overrides})
+
+
+@pytest.fixture
+def tiny_model(tiny_config):
+    """Factory: ``tiny_model(seed=0, noise=0.05, dtype=torch.float64, **overrides)``.
+
+    A seeded tiny ``TransformerXL`` in eval mode whose parameters are moved off the
+    init by ``noise`` x N(0, 1), so that u, v and every bias visibly matter (the init
+    has them at 0). float64 by default: comparisons against references can be tight.
+    """
+    def make(seed: int = 0, noise: float = 0.05, dtype: torch.dtype = torch.float64,
+             **overrides) -> TransformerXL:
+        torch.manual_seed(seed)
+        model = TransformerXL(tiny_config(**overrides)).to(dtype).eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(noise * torch.randn_like(p))
+        return model
+    return make

@@ -1,0 +1,126 @@
+"""Tests of txl_minimal.evaluate: segments with memory, the sliding window, the command line."""
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from txl_minimal.checkpoint import load_checkpoint, save_checkpoint
+from txl_minimal.data import load_corpus
+from txl_minimal.evaluate import evaluate, main, sliding_window_eval
+from txl_minimal.model import TransformerXL
+from txl_minimal.pretrained import main as pretrained_main
+from txl_minimal.train import main as train_main, train
+
+from tiny import printed_bpc, synthetic_corpus, tiny_cfg, tiny_train_cfg
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+def test_evaluate_scores_every_token_once(tiny_model):
+    model = tiny_model(noise=0.1, tgt_len=8, mem_len=8)
+    ids = torch.randint(0, 27, (103,))
+    cfg_before = model.cfg.to_dict()
+    res = evaluate(model, ids, batch_size=1, tgt_len=10, mem_len=7)
+    assert res["tokens"] == 102
+    assert model.cfg.to_dict() == cfg_before  # lengths restored
+
+    # the manual loop: consecutive segments of 10 (the last one has 2), memory carried
+    model.set_lengths(tgt_len=10, mem_len=7)
+    mems, total = None, 0.0
+    for s in range(0, 102, 10):
+        e = min(s + 10, 102)
+        out = model(ids[None, s:e], mems, targets=ids[None, s + 1:e + 1])
+        total, mems = total + out.nll.sum().item(), out.mems
+    model.set_lengths(tgt_len=8, mem_len=8)
+    assert res["loss"] == pytest.approx(total / 102, rel=1e-6)
+    assert res["bpc"] == pytest.approx(total / 102 / math.log(2), rel=1e-6)
+
+    # batch_size columns: column b is the slice [26b, 26b + 27), scored on its own
+    batched = evaluate(model, ids, batch_size=4, tgt_len=10, mem_len=7)
+    assert batched["tokens"] == 102
+    parts = [evaluate(model, ids[26 * b:26 * b + 27], tgt_len=10, mem_len=7) for b in range(4)]
+    assert sum(p["tokens"] for p in parts) == 102
+    assert batched["loss"] * 102 == pytest.approx(sum(p["loss"] * p["tokens"] for p in parts), rel=1e-6)
+
+    assert evaluate(model, ids, max_tokens=50)["tokens"] == 50
+    assert evaluate(model, ids.numpy().astype(np.uint8), batch_size=200)["tokens"] == 102
+
+
+def test_sliding_window_matches_explicit_windows(tiny_model):
+    model = tiny_model(noise=0.1, attn_type="abs", tgt_len=8, mem_len=0)
+    ids = torch.randint(0, 27, (41,))
+    context = 8
+    res = sliding_window_eval(model, ids, context, batch_size=5)
+    manual = []
+    for t in range(1, 41):  # token t from the (at most) `context` tokens before it, last position only
+        window = ids[max(0, t - context):t]
+        manual.append(F.cross_entropy(model(window[None]).logits[0, -1], ids[t]).item())
+    assert res["tokens"] == 40
+    assert res["loss"] == pytest.approx(sum(manual) / 40, rel=1e-6)
+    limited = sliding_window_eval(model, ids, context, max_predictions=20, batch_size=3)
+    assert limited["tokens"] == 20 and limited["loss"] == pytest.approx(sum(manual[:20]) / 20, rel=1e-6)
+    short = sliding_window_eval(model, ids[:5], context)  # shorter than one window
+    assert short["tokens"] == 4 and short["loss"] == pytest.approx(sum(manual[:4]) / 4, rel=1e-6)
+    assert model.cfg.mem_len == 0 and model.cfg.tgt_len == 8 and not model.training
+
+
+# ----------------------------------------------------------------------------- command-line evaluation
+
+def test_cli_evaluates_a_run_directory_or_checkpoint(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("TXL_CORPUS", raising=False)
+    run = tmp_path / "run"
+    train(tiny_cfg(), tiny_train_cfg(run, max_steps=2, eval_interval=2), synthetic_corpus("abc def "),
+          progress=False)
+    ckpt = load_checkpoint(run / "ckpt.pt")
+    torch.manual_seed(1)  # big random weights, so the memory length changes the bpc (by ~0.1)
+    weights = {k: v + torch.randn_like(v) if v.is_floating_point() else v for k, v in ckpt["model"].items()}
+    save_checkpoint(dict(ckpt, model=weights), run / "ckpt.pt")
+    model = TransformerXL(tiny_cfg()).eval()
+    model.load_state_dict(weights)
+    test = load_corpus("text8-mini").test
+    main([str(run), "--corpus", "text8-mini", "--split", "test", "--mem-len", "16",
+          "--max-predictions", "300", "--no-progress"])
+    out = capsys.readouterr().out
+    assert "over 300 predictions" in out and "mem_len=16" in out and "tgt_len=8" in out
+    expected = evaluate(model, test, batch_size=1, mem_len=16, max_tokens=300)["bpc"]
+    assert printed_bpc(out) == pytest.approx(expected, abs=6e-5)
+    # the training mem_len (8) would give another number: --mem-len really arrived
+    assert printed_bpc(out) != pytest.approx(evaluate(model, test, max_tokens=300)["bpc"], abs=0.05)
+
+    main([str(run / "ckpt.pt"), "--corpus", "text8-mini", "--sliding-window", "8",
+          "--max-predictions", "50", "--no-progress"])
+    out = capsys.readouterr().out
+    expected = sliding_window_eval(model, load_corpus("text8-mini").valid, 8, max_predictions=50)["bpc"]
+    assert "on text8-mini valid: " in out and printed_bpc(out) == pytest.approx(expected, abs=6e-5)
+
+    for argv, message in (([str(run), "--no-progress"], "names corpus 'synthetic'.*--corpus"),
+                          ([str(tmp_path / "nope")], "nothing to evaluate.*Fix")):
+        with pytest.raises(SystemExit) as exit_:  # an argparse error: the message, no traceback
+            main(argv)
+        assert exit_.value.code == 2 and re.search(message, capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("cli, argv, message", [
+    (train_main, ["--eval-mem-len", "16"], "unrecognized arguments: --eval-mem-len"),  # python -m txl_minimal.train
+    (train_main, ["--attn-type", "abs"], "unrecognized arguments: --attn-type"),  # now --set attn_type=abs
+    (main, ["txl", "--sliding-window", "8", "--mem-len", "16"], "drop --mem-len"),
+    (pretrained_main, ["--update-json", "runs/x"], "invalid choice"),  # only txl or vanilla
+    (pretrained_main, ["--update-json", "txl", "--split", "test"], "unrecognized arguments: --split"),
+    (pretrained_main, ["--ship", "runs/x"], "--ship needs --name"),
+])
+def test_cli_rejects_evaluation_options_it_would_ignore(cli, argv, message, capsys):
+    with pytest.raises(SystemExit):
+        cli(argv)
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cli, module", [(train_main, "train"), (main, "evaluate"), (pretrained_main, "pretrained")])
+def test_usage_names_the_module_to_run(cli, module, capsys):
+    with pytest.raises(SystemExit):
+        cli(["--help"])
+    assert capsys.readouterr().out.startswith(f"usage: python -m txl_minimal.{module} ")

@@ -1,0 +1,37 @@
+"""The seaborn heatmaps of txl_minimal.plotting: a labelled colour bar, NaN cells grey,
+spaced-out index labels, a colour scale symmetric around 0 where asked."""
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from txl_minimal import plotting  # noqa: E402
+
+pytest.importorskip("seaborn", reason="seaborn is not installed (pip install -e .[notebooks])")
+
+
+def test_seaborn_heatmaps_label_their_colour_bar_and_grey_out_nan():
+    m = torch.randn(64, 128)
+    m[:, 100:] = float("nan")  # masked keys
+    fig = plotting.plot_heatmaps({"a": m, "b": 2 * m}, "two", cbar_label="score", center=True)
+    panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    bars = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+    assert len(panels) == len(bars) == 2
+    assert all(bar.get_ylabel() == "score" for bar in bars)
+    for ax, scale in zip(panels, (1, 2)):
+        mesh = ax.collections[0]
+        assert mesh.norm.vmin == -mesh.norm.vmax == pytest.approx(-scale * m.nan_to_num().abs().max().item())
+        assert matplotlib.colors.to_hex(ax.get_facecolor()) == plotting.MASKED  # behind the NaN cells
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "32", "64", "96"]
+        assert [t.get_text() for t in ax.get_yticklabels()] == [str(i) for i in range(0, 64, 8)]
+    plt.close(fig)
+
+
+def test_dependency_map_rows_are_the_depths():
+    fig = plotting.plot_dependency({1: torch.tensor([0.0, 0.0, 1.0, 2.0]), 3: torch.ones(4)}, 3, 2, {1: 1, 3: 3})
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["1", "3"]
+    assert ax.collections[0].get_array().mask.sum() == 2  # the two zero-gradient inputs: grey
+    plt.close(fig)

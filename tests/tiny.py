@@ -1,0 +1,42 @@
+"""Tiny configs and corpora shared by the train/evaluate/checkpoint/pretrained tests."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+
+from txl_minimal.data import Corpus, encode
+from txl_minimal.model import TXLConfig
+from txl_minimal.train import TrainConfig
+
+torch.set_num_threads(1)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# The tiny model every test uses (conftest.tiny_model builds it, seeded and moved off the init).
+TINY = dict(vocab_size=27, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32,
+            dropout=0.0, dropatt=0.0, tgt_len=6, mem_len=6)
+
+
+def tiny_cfg(**overrides) -> TXLConfig:
+    """The tiny config as the training tests use it: dropout 0.1, segments and memory of 8."""
+    return TXLConfig(**{**TINY, "dropout": 0.1, "dropatt": 0.1, "tgt_len": 8, "mem_len": 8, **overrides})
+
+
+def tiny_train_cfg(out: Path, **overrides) -> TrainConfig:
+    base = dict(batch_size=4, lr=3e-3, warmup_steps=3, max_steps=12, eval_interval=4, eval_tokens=64,
+                eval_batch_size=2, log_interval=2, out=str(out))
+    base.update(overrides)
+    return TrainConfig(**base)
+
+
+def synthetic_corpus(text: str, n_train: int = 4 * (8 * 5 + 1)) -> Corpus:
+    """Repeated text; the default train split holds exactly 5 segments per column (tgt_len 8)."""
+    ids = encode((text * (1 + 3 * n_train // len(text)))[: n_train + 400])
+    return Corpus("synthetic", ids[:n_train], ids[n_train:n_train + 200], ids[n_train + 200:])
+
+
+def printed_bpc(out: str) -> float:
+    """The bpc in the line `python -m txl_minimal.evaluate` prints."""
+    return float(re.search(r"bpc (\d+\.\d+) over", out).group(1))

@@ -1,0 +1,164 @@
+"""Checkpoints: atomic save with a checksum, safe load with a config check, the model one
+describes, the RNG state that makes a resumed run bit-exact, and where the shipped models live.
+
+A training checkpoint (``train.py``) holds ``format``, ``model``, ``optimizer``,
+``scheduler``, ``scaler``, ``model_config``, ``train_config``, ``step``, ``data``
+(epoch, segment), ``mems``, ``rng`` (one state per rank) and ``wall_time_s``; a
+shipped one (``pretrained.py``) only the weights, the configs, step and wall time;
+one written by ``save`` only the weights and the model config. Each also holds
+``model_sha256``, the checksum of its weights (``weights_sha256``).
+"""
+from __future__ import annotations
+
+import hashlib
+import pickle
+import random
+import warnings
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from txl_minimal.model import TransformerXL, TXLConfig
+from txl_minimal.utils import atomic_write
+
+PRETRAINED_DIR = Path(__file__).resolve().with_name("pretrained")  # the models shipped with the package
+NAMES = ("txl", "vanilla", "txl-tiny", "vanilla-tiny")  # see pretrained.py
+CHECKSUM = "model_sha256"  # the entry holding weights_sha256(checkpoint["model"])
+DAMAGED_FIX = ("Fix: use an intact copy (a shipped model: git checkout txl_minimal/pretrained, or reinstall "
+               "the package) or train it again; for a bare state_dict, save the model with "
+               "txl_minimal.save(model, path).")
+
+
+def unwrap(model: torch.nn.Module) -> TransformerXL:
+    """The TransformerXL inside a DDP and/or torch.compile wrapper."""
+    model = getattr(model, "module", model)
+    return getattr(model, "_orig_mod", model)
+
+
+def weights_sha256(state_dict: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over every tensor's name, dtype, shape and bytes, in name order, read on
+    the CPU: the same for any device the weights were saved from or are loaded to."""
+    h = hashlib.sha256()
+    for name in sorted(state_dict):
+        t = state_dict[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def save_checkpoint(state: dict, path: str | Path) -> None:
+    """torch.save ``state`` atomically (a crash mid-write leaves the previous file intact),
+    with the checksum of its ``model`` weights, which ``load_checkpoint`` verifies."""
+    if "model" in state:
+        state = {**state, CHECKSUM: weights_sha256(state["model"])}
+    atomic_write(path, lambda f: torch.save(state, f))
+
+
+def save(model: torch.nn.Module, path: str | Path) -> None:
+    """Save a model, e.g. one trained in your own loop: its config and weights (with their
+    checksum), the format of every checkpoint here. ``load(path)`` gives it back;
+    ``python -m txl_minimal.evaluate PATH --corpus text8-mini`` scores it."""
+    model = unwrap(model)
+    weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    save_checkpoint(dict(format=1, model=weights, model_config=model.cfg.to_dict()), path)
+
+
+def load(path: str | Path, device: str | torch.device = "cpu") -> TransformerXL:
+    """The model in a checkpoint (``save``, a run's ckpt.pt, a shipped .pt), in eval mode."""
+    return model_from_checkpoint(load_checkpoint(path, map_location=device), device)
+
+
+def check_config(saved: dict, cfg: TXLConfig, what: str = "checkpoint") -> None:
+    """ValueError naming every field where ``saved`` (a config dict) differs from ``cfg``."""
+    ours = cfg.to_dict()
+    defaults = TXLConfig().to_dict()  # a field added to TXLConfig since the save has its default
+    diff = [f"{k} {saved.get(k, defaults.get(k))!r} there vs {ours.get(k)!r} here"
+            for k in sorted(set(saved) | set(ours)) if saved.get(k, defaults.get(k)) != ours.get(k)]
+    if diff:
+        raise ValueError(f"{what} was made with a different model config: {'; '.join(diff)}. "
+                         "Fix: use the same preset and overrides, or a fresh --out directory.")
+
+
+def load_checkpoint(path: str | Path, model_cfg: Optional[TXLConfig] = None,
+                    map_location: str | torch.device = "cpu") -> dict:
+    """Load a checkpoint safely (weights_only=True), verify its weights' checksum and, if
+    given, its model config. A damaged or incomplete file raises ``ValueError``."""
+    if not Path(path).exists():
+        raise FileNotFoundError(f"no checkpoint at {path}. Fix: check the path (--out, or the "
+                                "checkpoint evaluated), or drop --resume to start afresh.")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except PermissionError:
+        raise
+    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as e:  # torch's words point at its
+        problem = (f"{Path(path).stat().st_size:,} bytes; torch.load: {type(e).__name__} "  # internals
+                   f"{str(e).split('. ')[0]}".rstrip())
+    else:
+        problem = _damage(ckpt, path)
+    if problem:  # from None: torch's message would advise weights_only=False, unsafe here
+        raise ValueError(f"checkpoint {path} is corrupt or incomplete ({problem}). {DAMAGED_FIX}") from None
+    if model_cfg is not None:
+        check_config(ckpt["model_config"], model_cfg, f"checkpoint {path}")
+    return ckpt
+
+
+def _damage(ckpt, path: str | Path) -> Optional[str]:
+    """What is wrong with a loaded checkpoint, or None; warns if it has no checksum."""
+    missing = [key for key in ("model_config", "model") if not isinstance(ckpt, dict) or key not in ckpt]
+    if missing:
+        return f"no {' or '.join(missing)} entry"
+    if CHECKSUM not in ckpt:
+        warnings.warn(f"checkpoint {path} has no checksum (saved before checksums existed): damage to its "
+                      "weights would go unnoticed. Fix: re-save it, save_checkpoint(load_checkpoint(path), path) "
+                      "from txl_minimal.checkpoint (a shipped model: python -m txl_minimal.pretrained "
+                      "--update-json NAME)", stacklevel=3)
+    elif weights_sha256(ckpt["model"]) != ckpt[CHECKSUM]:
+        return "its weights do not match the SHA-256 saved with them"
+    return None
+
+
+def model_from_checkpoint(ckpt: dict, device: str | torch.device = "cpu") -> TransformerXL:
+    """The TransformerXL a loaded checkpoint (or shipped .pt) describes, in eval mode."""
+    model = TransformerXL(TXLConfig(**ckpt["model_config"])).to(device)
+    model.load_state_dict(ckpt["model"])
+    return model.eval()
+
+
+def checkpoint_file(target: str | Path) -> Path:
+    """A shipped name (txl | vanilla), a run directory (its ckpt.pt) or a checkpoint file."""
+    if str(target) in NAMES:  # a run directory of that name needs ./ in front
+        return PRETRAINED_DIR / f"{target}.pt"
+    path = Path(target)
+    path = path / "ckpt.pt" if path.is_dir() else path
+    if not path.is_file():
+        raise FileNotFoundError(f"nothing to evaluate at {target}: not a shipped model ({', '.join(NAMES)}), "
+                                "a run directory holding ckpt.pt, or a checkpoint file. "
+                                "Fix: pass the --out directory of a training run, or txl / vanilla.")
+    return path
+
+
+def rng_state() -> dict:
+    """This process's RNG states (torch, CUDA, numpy, python) as tensors and plain
+    lists, so that a checkpoint holding them still loads with weights_only=True."""
+    keys, pos, has_gauss, gauss = np.random.get_state()[1:]
+    version, py_state, py_gauss = random.getstate()
+    state = dict(torch=torch.get_rng_state(),
+                 numpy=dict(keys=torch.from_numpy(keys.astype(np.int64)), pos=pos,
+                            has_gauss=has_gauss, gauss=gauss),
+                 python=dict(version=version, state=list(py_state), gauss=py_gauss))
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore what ``rng_state()`` returned (CUDA only where there is a GPU)."""
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    p = state["python"]
+    random.setstate((p["version"], tuple(p["state"]), p["gauss"]))

@@ -1,0 +1,201 @@
+"""Bits per character of a model or checkpoint: segments with memory, or the vanilla sliding window.
+
+    python -m txl_minimal.evaluate runs/cpu-tiny --split test         # a run directory (its ckpt.pt)
+    python -m txl_minimal.evaluate txl --mem-len 256 --clamp-len 128 --same-length
+    python -m txl_minimal.evaluate vanilla --sliding-window 64 --max-predictions 20000
+
+CKPT is a shipped model (txl | vanilla), a run directory or a checkpoint file; it
+is scored on the corpus it was trained on unless --corpus names another. Nothing
+is written (``python -m txl_minimal.pretrained --update-json NAME`` rewrites NAME.json).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from txl_minimal.checkpoint import checkpoint_file, load_checkpoint, model_from_checkpoint, unwrap
+from txl_minimal.data import CorpusError, as_ids, load_corpus
+from txl_minimal.model import TransformerXL, read_segments
+from txl_minimal.utils import LN2, default_device, int_at_least, terminal_progress
+
+
+def _check_positive(caller: str, **values: Optional[int]) -> None:
+    """ValueError naming the first count that is given but not a positive integer."""
+    for name, value in values.items():
+        if value is not None and (type(value) is not int or value < 1):
+            raise ValueError(f"{caller}: {name} must be a positive integer, got {value!r}")
+
+
+def _scored_ids(data, limit: Optional[int], caller: str) -> tuple[torch.Tensor, int]:
+    """The token ids of the first ``limit`` predictions (limit + 1 tokens) and their count."""
+    ids = as_ids(data, None if limit is None else limit + 1)
+    if len(ids) < 2:
+        raise ValueError(f"{caller} needs at least 2 tokens, got {len(ids)}")
+    return ids, len(ids) - 1
+
+
+@torch.no_grad()
+def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[int] = None,
+             mem_len: Optional[int] = None, clamp_len: Optional[int] = None,
+             same_length: Optional[bool] = None, max_tokens: Optional[int] = None,
+             progress: bool = False, per_token: bool = False) -> dict:
+    """Bits per character of ``data`` read in segments with memory carried (Sec. 3.2).
+
+    Every token after the first is scored exactly once, the last short segment
+    included: the text is cut into ``batch_size`` columns and column b also predicts
+    the first token of column b+1 (the last column is padded; padding is not scored).
+    Each column starts with an empty memory, so ``batch_size=1`` gives every token the
+    longest context. ``max_tokens`` scores only the first that many predictions.
+    Lengths left as None keep the model's; they are restored afterwards. ``per_token``
+    adds "nll": the NLL in nats of every prediction, in text order (float64 numpy).
+    """
+    _check_positive("evaluate", batch_size=batch_size, max_tokens=max_tokens)
+    model = unwrap(model)
+    ids, n_pred = _scored_ids(data, max_tokens, "evaluate")
+    device = next(model.parameters()).device
+    B = max(1, min(batch_size, n_pred))
+    n = -(-n_pred // B)  # ceil: tokens per column
+    pad = B * n - n_pred
+    x = F.pad(ids[:-1], (0, pad)).view(B, n).to(device)
+    y = F.pad(ids[1:], (0, pad)).view(B, n).to(device)
+    scored = (torch.arange(B * n) < n_pred).view(B, n).to(device)
+    L = model.cfg.tgt_len if tgt_len is None else tgt_len
+    segments = read_segments(model, x, y, tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len,
+                             same_length=same_length)
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    nll = torch.zeros(B, n, dtype=torch.float64, device=device) if per_token else None
+    for s, out in tqdm(segments, total=-(-n // L), disable=not progress, desc="evaluate", leave=False):
+        total += (out.nll.double() * scored[:, s:s + L]).sum()
+        if per_token:
+            nll[:, s:s + L] = out.nll
+    loss = total.item() / n_pred
+    result = dict(bpc=loss / LN2, loss=loss, tokens=n_pred)
+    if per_token:  # column b holds the b-th block of the text: row-major order is text order
+        result["nll"] = nll.flatten()[:n_pred].cpu().numpy()
+    return result
+
+
+@torch.no_grad()
+def sliding_window_eval(model: TransformerXL, data, context: int,
+                        max_predictions: Optional[int] = None, batch_size: int = 64,
+                        progress: bool = False, per_token: bool = False) -> dict:
+    """The vanilla model's evaluation (Al-Rfou et al., 2018; Fig. 1b of the paper).
+
+    Token t is predicted from the ``context`` tokens before it, in a window that
+    advances ONE position per prediction and scores only its last position: one
+    forward pass of ``context`` tokens per prediction, which is why it is slow.
+    The first window ``data[:context]`` scores all its positions (tokens 1..context,
+    with the shorter context they have), so every token after the first counts once,
+    as in ``evaluate``. ``max_predictions`` keeps only the first that many predictions.
+    Windows are batched ``batch_size`` at a time; no memory is used. ``per_token`` adds
+    "nll", the NLL of every prediction in text order, as ``evaluate`` does.
+    """
+    _check_positive("sliding_window_eval", context=context, max_predictions=max_predictions,
+                    batch_size=batch_size)
+    model = unwrap(model)
+    ids, n_pred = _scored_ids(data, max_predictions, "sliding_window_eval")
+    ids = ids.to(next(model.parameters()).device)
+    with model.lengths(tgt_len=context, mem_len=0):
+        c = min(context, n_pred)
+        parts = [model(ids[None, :c], targets=ids[None, 1:c + 1]).nll.double()[0]]
+        total = parts[0].sum()
+        last = n_pred - context  # window s (1..last) reads ids[s:s+context], predicts ids[s+context]
+        windows = ids.unfold(0, context, 1) if last > 0 else None  # a view: no copy
+        for s in tqdm(range(1, last + 1, batch_size), disable=not progress, desc="sliding", leave=False):
+            e = min(s + batch_size, last + 1)
+            logits, target = model(windows[s:e]).logits[:, -1].float(), ids[s + context:e + context]
+            total += F.cross_entropy(logits, target, reduction="sum").double()
+            if per_token:
+                parts.append(F.cross_entropy(logits, target, reduction="none").double())
+    loss = total.item() / n_pred
+    result = dict(bpc=loss / LN2, loss=loss, tokens=n_pred)
+    if per_token:
+        result["nll"] = torch.cat(parts).cpu().numpy()
+    return result
+
+
+def evaluate_checkpoint(target: str | Path, split: str = "valid", corpus: Optional[str] = None,
+                        sliding_window: Optional[int] = None, max_predictions: Optional[int] = None,
+                        batch_size: int = 1, tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
+                        clamp_len: Optional[int] = None, same_length: Optional[bool] = None,
+                        device: str = "auto", progress: bool = False) -> dict:
+    """bpc of a checkpoint (see checkpoint.checkpoint_file) on one split; writes nothing.
+
+    Segments with memory (``evaluate``; lengths left as None keep the training ones)
+    or, with ``sliding_window=C``, the vanilla sliding window of C tokens. The corpus
+    is the one the checkpoint was trained on unless ``corpus`` names another.
+    """
+    if split not in ("train", "valid", "test"):
+        raise ValueError(f"split must be 'train', 'valid' or 'test', got {split!r}")
+    path = checkpoint_file(target)
+    ckpt = load_checkpoint(path)
+    model = model_from_checkpoint(ckpt, torch.device(default_device(0) if device == "auto" else device))
+    name = corpus or ckpt.get("train_config", {}).get("corpus")  # txl_minimal.save stores none
+    try:
+        loaded = load_corpus(name)  # $TXL_CORPUS overrides the name
+    except ValueError as e:  # e.g. a checkpoint trained on a Corpus built in Python
+        raise ValueError(f"{e}. The checkpoint {path} names corpus {name!r}. "
+                         "Fix: choose the evaluation corpus with --corpus.") from e
+    data = getattr(loaded, split)
+    if sliding_window is not None:
+        settings = dict(sliding_window=sliding_window)
+        res = sliding_window_eval(model, data, sliding_window, max_predictions, progress=progress)
+    else:
+        given = dict(tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len, same_length=same_length)
+        settings = {k: getattr(model.cfg, k) if v is None else v for k, v in given.items()}
+        settings["batch_size"] = batch_size
+        res = evaluate(model, data, batch_size, max_tokens=max_predictions, progress=progress, **given)
+    return dict(res, checkpoint=str(path), corpus=loaded.name, split=split, settings=settings)
+
+
+SEGMENT_OPTIONS = ("tgt_len", "mem_len", "clamp_len", "same_length", "batch_size")
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """The command line: print one checkpoint's bpc (see the module docstring)."""
+    p = argparse.ArgumentParser(prog="python -m txl_minimal.evaluate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoint", metavar="CKPT", help="txl | vanilla (shipped), a run directory or a checkpoint file")
+    p.add_argument("--split", choices=("train", "valid", "test"), default="valid")
+    p.add_argument("--corpus", choices=("text8", "text8-mini", "auto"), help="default: the training corpus")
+    seg = p.add_argument_group("segments with memory (the default evaluation)")
+    seg.add_argument("--tgt-len", type=int_at_least(1), help="segment length (default: the training one)")
+    seg.add_argument("--mem-len", type=int_at_least(0), help="memory length (default: the training one)")
+    seg.add_argument("--clamp-len", type=int_at_least(0), help="clamp relative distances (0: no clamp)")
+    seg.add_argument("--same-length", action="store_true", default=None,
+                     help="every query attends to the same number of keys")
+    seg.add_argument("--batch-size", type=int_at_least(1),
+                     help="columns read in parallel (default 1: every token gets the longest context)")
+    p.add_argument("--sliding-window", type=int_at_least(1), metavar="C",
+                   help="the vanilla evaluation instead: one window of C tokens per prediction, no memory")
+    p.add_argument("--max-predictions", type=int_at_least(1), metavar="N", help="score only the first N predictions")
+    p.add_argument("--device", default="auto", help='"auto" (a GPU if there is one), "cpu", "cuda:1" ...')
+    p.add_argument("--no-progress", action="store_true")
+    args = p.parse_args(argv)
+    given = ", ".join("--" + k.replace("_", "-") for k in SEGMENT_OPTIONS if getattr(args, k) is not None)
+    if args.sliding_window is not None and given:  # an error rather than options silently ignored
+        p.error(f"--sliding-window reads fixed windows without memory: drop {given}")
+    try:
+        r = evaluate_checkpoint(args.checkpoint, args.split, args.corpus, args.sliding_window,
+                                args.max_predictions, args.batch_size or 1, args.tgt_len, args.mem_len,
+                                args.clamp_len, args.same_length, args.device,
+                                progress=terminal_progress(not args.no_progress))
+    except (ValueError, FileNotFoundError, CorpusError) as e:  # bad input: the message, no traceback
+        p.error(str(e))
+    settings = ", ".join(f"{k}={v}" for k, v in r["settings"].items())
+    print(f"{r['checkpoint']} on {r['corpus']} {r['split']}: bpc {r['bpc']:.4f} "
+          f"over {r['tokens']:,} predictions ({settings})")
+    if not math.isfinite(r["bpc"]):  # exit 1, so that a script or CI notices
+        sys.exit(f"error: bpc {r['bpc']} is not finite: the weights hold NaN or inf (a diverged run?). "
+                 "Fix: evaluate an earlier checkpoint, or train again with a lower lr.")
+
+
+if __name__ == "__main__":
+    main()
