@@ -1,54 +1,90 @@
-"""The two small models shipped with the package (trained on text8-mini, CPU only).
+"""The models shipped with the package (trained on text8-mini on a CPU); they load offline.
 
     from txl_minimal import load_pretrained
-    txl = load_pretrained("txl")          # Transformer-XL: attn_type="rel", mem_len=64
-    vanilla = load_pretrained("vanilla")  # the vanilla baseline: attn_type="abs", no memory
+    txl = load_pretrained("txl")          # Transformer-XL: relative attention, mem_len 128
+    vanilla = load_pretrained("vanilla")  # the vanilla baseline: absolute positions, no memory
 
-Both are the ``cpu-small`` preset (4 layers, d_model 128, ~0.8M parameters, 5000
-steps, seed 0), identical except for the attention and the memory. They were made with
+Both are the ``cpu-base`` preset (4 layers, d_model 256, 3.4M / 3.2M parameters, 5,000
+steps of 16 x 128 characters, seed 0), identical except for the attention and the memory.
+They were made with (bf16 autocast: 1.9x faster than fp32 on the CPU they were trained on)
 
-    python -m txl_minimal.train --preset cpu-small --out runs/cpu-small-txl
-    python -m txl_minimal.train --preset cpu-small --out runs/cpu-small-vanilla --attn-type abs --mem-len 0
-    python -m txl_minimal.train --ship runs/cpu-small-txl --name txl
-    python -m txl_minimal.train --ship runs/cpu-small-vanilla --name vanilla
+    python -m txl_minimal.train --preset cpu-base --out runs/cpu-base-txl --set amp=bf16
+    python -m txl_minimal.train --preset cpu-base --out runs/cpu-base-vanilla --set amp=bf16 attn_type=abs mem_len=0
+    python -m txl_minimal.pretrained --ship runs/cpu-base-txl --name txl
+    python -m txl_minimal.pretrained --ship runs/cpu-base-vanilla --name vanilla
+    python -m txl_minimal.pretrained --table      # the README's table (pretrained/table.json)
 
-and ``python -m txl_minimal.train --evaluate NAME --update-json`` recomputes the numbers
-in NAME.json (``--evaluate NAME`` alone prints one evaluation and writes nothing).
+"txl-tiny" and "vanilla-tiny" are the earlier, smaller pair (``cpu-small``: 4 layers,
+d_model 128, segments of 64, fp32), which the notebooks read. ``--ship`` copies a run
+into the package and recomputes NAME.json; ``--update-json NAME`` only recomputes it
+(``python -m txl_minimal.evaluate NAME`` prints one evaluation and writes nothing).
+Every NAME.pt holds the checksum of its weights, which every load verifies.
 """
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import platform
 import time
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import torch
 
+from txl_minimal.checkpoint import (CHECKSUM, NAMES, PRETRAINED_DIR, load_checkpoint, model_from_checkpoint,
+                                    save_checkpoint)
+from txl_minimal.data import CorpusError, load_corpus
+from txl_minimal.evaluate import evaluate, sliding_window_eval
 from txl_minimal.model import TransformerXL
-
-PRETRAINED_DIR = Path(__file__).resolve().with_name("pretrained")
-NAMES = ("txl", "vanilla")
+from txl_minimal.utils import LN2, terminal_progress
 
 # name -> evaluations reported in NAME.json: (label, function, keyword arguments).
-# "segments": train.evaluate, batch_size 1 so every token has the longest context.
-# "sliding": train.sliding_window_eval, the vanilla model's evaluation; it runs one
+# "segments": evaluate.evaluate, batch_size 1 so every token has the longest context.
+# "sliding": evaluate.sliding_window_eval, the vanilla model's evaluation; it runs one
 # forward pass per character, so it scores only the first 20,000 predictions.
 SLIDING_PREFIX = 20_000
 EVALUATIONS: dict[str, list[tuple[str, str, dict]]] = {
     "txl": [
+        ("train_memory", "segments", dict(mem_len=128)),
+        ("train_memory_prefix", "segments", dict(mem_len=128, max_tokens=SLIDING_PREFIX)),
+    ],
+    "vanilla": [
+        ("segments_no_memory", "segments", dict(mem_len=0)),
+        ("sliding_window_prefix", "sliding", dict(context=128, max_predictions=SLIDING_PREFIX)),
+    ],
+    "txl-tiny": [
         ("train_memory", "segments", dict(tgt_len=64, mem_len=64)),
         ("long_memory", "segments", dict(tgt_len=64, mem_len=256, clamp_len=128, same_length=True)),
         ("train_memory_prefix", "segments", dict(tgt_len=64, mem_len=64, max_tokens=SLIDING_PREFIX)),
         ("long_memory_prefix", "segments", dict(tgt_len=64, mem_len=256, clamp_len=128, same_length=True,
                                                 max_tokens=SLIDING_PREFIX)),
     ],
-    "vanilla": [
+    "vanilla-tiny": [
         ("segments_no_memory", "segments", dict(tgt_len=64, mem_len=0)),
         ("segments_no_memory_prefix", "segments", dict(tgt_len=64, mem_len=0, max_tokens=SLIDING_PREFIX)),
         ("sliding_window_prefix", "sliding", dict(context=64, max_predictions=SLIDING_PREFIX)),
     ],
 }
+
+# The README's table: (label, model, function, keyword arguments), each row paired with the
+# first (Transformer-XL at its training memory) on the same characters. clamp_len 255 is the
+# longest distance seen in training (tgt_len + mem_len - 1); same_length as the authors evaluate.
+TABLE: list[tuple[str, str, str, dict]] = [
+    ("Transformer-XL, memory 128 (as trained)", "txl", "segments", dict(mem_len=128)),
+    ("Transformer-XL, memory 0", "txl", "segments", dict(mem_len=0)),
+    ("Transformer-XL, memory 256", "txl", "segments", dict(mem_len=256)),
+    ("Transformer-XL, memory 256, clamp_len 255, same_length", "txl", "segments",
+     dict(mem_len=256, clamp_len=255, same_length=True)),
+    ("Transformer-XL, memory 512", "txl", "segments", dict(mem_len=512)),
+    ("Transformer-XL, memory 512, clamp_len 255, same_length", "txl", "segments",
+     dict(mem_len=512, clamp_len=255, same_length=True)),
+    ("vanilla, segments of 128", "vanilla", "segments", dict(mem_len=0)),
+    ("vanilla, sliding window of 128 (first 20,000)", "vanilla", "sliding",
+     dict(context=128, max_predictions=SLIDING_PREFIX)),
+]
+BLOCK = 1000  # paired differences are averaged per block of characters: neighbours are correlated
 
 
 def _check_name(name: str) -> None:
@@ -62,16 +98,13 @@ def load_pretrained(name: str = "txl", device: str | torch.device = "cpu") -> Tr
     path = PRETRAINED_DIR / f"{name}.pt"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing. Fix: reinstall the package, or rebuild it with "
-                                f"python -m txl_minimal.train --ship RUN_DIR --name {name}")
-    from txl_minimal.train import model_from_checkpoint
-
-    return model_from_checkpoint(torch.load(path, map_location=device, weights_only=True), device)
+                                f"python -m txl_minimal.pretrained --ship RUN_DIR --name {name}")
+    return model_from_checkpoint(load_checkpoint(path, map_location=device), device)
 
 
 def export_pretrained(run_dir: str | Path, name: str) -> Path:
-    """Copy a run's weights + configs (no optimiser) and its log into the package."""
-    from txl_minimal.train import load_checkpoint, save_checkpoint
-
+    """Copy a run's weights + configs (no optimiser, with the weights' checksum) and its log
+    into the package."""
     _check_name(name)
     run_dir = Path(run_dir)
     ckpt = load_checkpoint(run_dir / "ckpt.pt")
@@ -86,13 +119,14 @@ def export_pretrained(run_dir: str | Path, name: str) -> Path:
 
 def evaluate_pretrained(name: str, splits: tuple[str, ...] = ("valid", "test"),
                         progress: bool = False, write: bool = True) -> dict:
-    """Run EVALUATIONS[name] on text8-mini and (write=True) store them in NAME.json."""
-    from txl_minimal.data import load_corpus
-    from txl_minimal.train import evaluate, sliding_window_eval
-
+    """Run EVALUATIONS[name] on text8-mini and (write=True) store them in NAME.json
+    (and give NAME.pt the checksum of its weights if it has none: the same weights)."""
     _check_name(name)
+    path = PRETRAINED_DIR / f"{name}.pt"
     model = load_pretrained(name)
-    ckpt = torch.load(PRETRAINED_DIR / f"{name}.pt", weights_only=True)
+    ckpt = load_checkpoint(path)
+    if write and CHECKSUM not in ckpt:  # a file shipped before checksums existed
+        save_checkpoint(ckpt, path)
     corpus = load_corpus("text8-mini")
     results: dict[str, dict] = {}
     for split in splits:
@@ -120,8 +154,94 @@ def evaluate_pretrained(name: str, splits: tuple[str, ...] = ("valid", "test"),
     return summary
 
 
+def paired_difference(nll: np.ndarray, reference: np.ndarray, block: int = BLOCK) -> tuple[float, float]:
+    """Mean of ``nll - reference`` in bits per character and its standard error.
+
+    Both hold the NLL (nats) of the same characters. The standard error is that of the
+    mean over blocks of ``block`` characters (the last, shorter block dropped): the
+    losses of neighbouring characters are correlated, so a per-character one would be
+    too small.
+    """
+    diff = (np.asarray(nll) - np.asarray(reference)[:len(nll)]) / LN2
+    blocks = diff[: len(diff) // block * block].reshape(-1, block).mean(axis=1)
+    return float(diff.mean()), float(blocks.std(ddof=1) / math.sqrt(len(blocks)))
+
+
+def paired_table(splits: tuple[str, ...] = ("valid", "test"), progress: bool = False,
+                 write: bool = True) -> dict:
+    """Every row of TABLE on text8-mini (batch 1), each paired with the first row on the
+    same characters; (write=True) stored in pretrained/table.json."""
+    corpus, models, out = load_corpus("text8-mini"), {}, {}
+    for split in splits:
+        data, rows, reference = getattr(corpus, split), [], None
+        for label, name, kind, kw in TABLE:
+            model = models.setdefault(name, load_pretrained(name))
+            t0 = time.perf_counter()
+            if kind == "segments":
+                r = evaluate(model, data, batch_size=1, progress=progress, per_token=True, **kw)
+            else:
+                r = sliding_window_eval(model, data, progress=progress, per_token=True, **kw)
+            reference = r["nll"] if reference is None else reference
+            diff, se = paired_difference(r["nll"], reference)
+            rows.append(dict(label=label, model=name, settings=kw, tokens=r["tokens"], bpc=round(r["bpc"], 4),
+                             reference_bpc=round(float(reference[:r["tokens"]].mean() / LN2), 4),
+                             minus_reference=round(diff, 4), se=round(se, 4),
+                             seconds=round(time.perf_counter() - t0, 1)))
+        out[split] = rows
+    summary = dict(corpus=corpus.name, block=BLOCK, rows=out, torch=torch.__version__,
+                   threads=torch.get_num_threads(), machine=platform.machine())
+    if write:
+        (PRETRAINED_DIR / "table.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def markdown_table(summary: dict) -> str:
+    """The README's table from ``paired_table``'s result."""
+    lines = ["| model and evaluation | characters | valid bpc | test bpc | test bpc minus the first row |",
+             "|---|---|---|---|---|"]
+    for valid, test in zip(summary["rows"]["valid"], summary["rows"]["test"]):
+        change = "(reference)" if test is summary["rows"]["test"][0] else \
+            f"{test['minus_reference']:+.4f} ± {test['se']:.4f} (first row on these characters: {test['reference_bpc']:.4f})"
+        lines.append(f"| {test['label']} | {test['tokens']:,} | {valid['bpc']:.4f} | {test['bpc']:.4f} | {change} |")
+    return "\n".join(lines)
+
+
 def pretrained_summary(name: str) -> Optional[dict]:
     """NAME.json (configs and final numbers) as a dict, or None if not shipped yet."""
     _check_name(name)
     path = PRETRAINED_DIR / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """The command line: ship a run as txl/vanilla, or recompute a shipped NAME.json."""
+    p = argparse.ArgumentParser(prog="python -m txl_minimal.pretrained", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--ship", metavar="RUN_DIR", help="export RUN_DIR/ckpt.pt and log.csv as the shipped "
+                      "model --name, then recompute NAME.json")
+    what.add_argument("--update-json", metavar="NAME", choices=NAMES, help="recompute the shipped NAME.json")
+    what.add_argument("--table", action="store_true", help="the README's table of txl and vanilla, with "
+                      "paired standard errors: print it and write pretrained/table.json")
+    p.add_argument("--name", choices=NAMES, help="the shipped name for --ship")
+    p.add_argument("--no-progress", action="store_true")
+    args = p.parse_args(argv)
+    if args.ship and not args.name:
+        p.error("--ship needs --name txl or --name vanilla")
+    if args.update_json and args.name:
+        p.error("--name goes with --ship; --update-json names the model itself")
+    if args.table:
+        print(markdown_table(paired_table(progress=terminal_progress(not args.no_progress))))
+        return
+    try:
+        if args.ship:
+            export_pretrained(args.ship, args.name)
+        summary = evaluate_pretrained(args.name or args.update_json,
+                                      progress=terminal_progress(not args.no_progress))
+    except (ValueError, FileNotFoundError, CorpusError) as e:  # bad input: the message, no traceback
+        p.error(str(e))
+    print(summary)
+
+
+if __name__ == "__main__":
+    main()
