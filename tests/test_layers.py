@@ -17,7 +17,7 @@ ALLOWED = {
     "data": {"utils"},
     "variants": {"model"},
     "flops": {"model"},
-    "tasks": {"model"},  # the recall stream and its models
+    "tasks": {"model", "utils"},  # the recall stream and its models
     "checkpoint": {"model", "data", "utils"},
     "evaluate": {"model", "data", "utils", "checkpoint"},
     "train": {"model", "data", "utils", "checkpoint", "evaluate"},

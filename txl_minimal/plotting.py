@@ -284,6 +284,35 @@ def plot_bpc_vs_memory(mem_lens: Sequence[int], bpcs: Sequence[float], train_mem
     return fig
 
 
+def plot_recall_by_gap(curves: Mapping[str, Mapping[str, float]], chance: float, marks: Mapping[str, int],
+                       title: str, styles: Optional[Mapping[str, dict]] = None) -> Figure:
+    """Accuracy on the recall task's answers against their gap, one curve per model.
+
+    ``curves``: label -> {"lo-hi": accuracy} (tasks.recall_accuracy), drawn at each bucket's
+    upper end on a log axis; a dotted line at ``chance``; dashed verticals at ``marks``
+    (e.g. {"L": 32, "L + M": 128}); ``styles``: label -> extra ``plot`` keywords.
+    """
+    fig, ax = plt.subplots(figsize=(WIDTH, 4))
+    for label, acc in curves.items():
+        style = {"marker": "o", "ls": "-", **(styles or {}).get(label, {})}
+        ax.plot([int(k.split("-")[1]) for k in acc], list(acc.values()), label=label, **style)
+    ax.axhline(chance, color="grey", ls=":", lw=1.2, label=f"chance = {chance:.3f}")
+    for name, x in marks.items():
+        ax.axvline(x, color="k", ls="--", lw=0.8)
+        ax.annotate(name, (x, 1.02), ha="center", va="bottom", fontsize=9, annotation_clip=False)
+    ax.set_xscale("log", base=2)
+    ticks = sorted({int(k.split("-")[1]) for acc in curves.values() for k in acc})
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.set_ylim(0, 1.0)
+    ax.set_xlabel("gap D: tokens from the set S(k, v) to its answer v (upper end of each bucket)")
+    ax.set_ylabel("accuracy on the answers")
+    ax.set_title(title, pad=18)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
 # ----------------------------------------------------------------------------- attention over memory
 
 def _prob_norm(scale: str, a: np.ndarray):

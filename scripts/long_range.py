@@ -1,0 +1,146 @@
+"""Train the long-range recall comparison; write results/long_range.json and the weights.
+
+    python scripts/long_range.py                        # the shipped results (~40 min, 1 thread)
+    python scripts/long_range.py --steps 20 --out /tmp/lr --only xl lstm   # smoke test (seconds)
+
+Every model sees the same recall stream (txl_minimal/tasks.py), batch, segment length
+and number of steps. What is trained:
+
+    xl, xl-seed1            Transformer-XL, 2 layers, memory M = 96, segments of L = 32
+    vanilla, vanilla-seed1  the vanilla baseline: absolute positions, no memory, L = 32
+    lstm, lstm-seed1        an LSTM of about the same size, state carried across segments
+    xl-1layer, xl-3layer    Transformer-XL with 1 and 3 layers (how far does the reach grow?)
+
+and how each is scored, on a held-out stream with gaps up to 800: Transformer-XL reads it
+in segments with its memory (also with 0 memory and with 2x, 4x, 8x M); the vanilla model
+gets a sliding window of exactly L tokens before every answer (its best case); the LSTM
+reads it in segments with its state carried. Every model is rounded to float16 before it
+is scored; the seed-0 xl, vanilla and lstm weights are stored (under 1 MB each).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from txl_minimal.model import TransformerXL, TXLConfig
+from txl_minimal.tasks import (LSTMLM, RecallTask, bucket_labels, recall_accuracy, recall_correct, recall_stream,
+                               round_to_float16, save_recall_model, stream_predictions, window_predictions)
+from txl_minimal.utils import atomic_write, seed_everything
+
+OUT = Path(__file__).resolve().parents[1] / "results"
+TASK, EVAL_TASK = RecallTask(), RecallTask(max_gap=800)
+TGT_LEN, MEM_LEN = 32, 96
+EDGES = (32, 64, 96, 128, 192, 256, 384, 512, 768)
+STEPS, BATCH, LR, WARMUP = 8000, 16, 1e-3, 200
+
+
+def xl_config(n_layer: int = 2, attn_type: str = "rel", mem_len: int = MEM_LEN) -> TXLConfig:
+    return TXLConfig(vocab_size=TASK.vocab_size, n_layer=n_layer, n_head=4, d_model=128, d_head=32,
+                     d_inner=512, dropout=0.0, tgt_len=TGT_LEN, mem_len=mem_len, attn_type=attn_type)
+
+
+# name -> (kind, seed, how to build it)
+RUNS = {
+    "xl": ("xl", 0, lambda: TransformerXL(xl_config())),
+    "xl-seed1": ("xl", 1, lambda: TransformerXL(xl_config())),
+    "vanilla": ("vanilla", 0, lambda: TransformerXL(xl_config(attn_type="abs", mem_len=0))),
+    "vanilla-seed1": ("vanilla", 1, lambda: TransformerXL(xl_config(attn_type="abs", mem_len=0))),
+    "lstm": ("lstm", 0, lambda: LSTMLM(TASK.vocab_size)),
+    "lstm-seed1": ("lstm", 1, lambda: LSTMLM(TASK.vocab_size)),
+    "xl-1layer": ("xl", 0, lambda: TransformerXL(xl_config(n_layer=1))),
+    "xl-3layer": ("xl", 0, lambda: TransformerXL(xl_config(n_layer=3))),
+}
+KEEP = ("xl", "vanilla", "lstm")  # the weights the notebooks load (each < 1 MB); the rest only score
+
+
+def train_stream(model: torch.nn.Module, tokens: np.ndarray, steps: int) -> float:
+    """The plain loop: BATCH rows of the stream read in order, memory (or LSTM state)
+    carried from segment to segment, warm-up then cosine decay. Returns seconds taken."""
+    data = torch.as_tensor(tokens[: len(tokens) // BATCH * BATCH], dtype=torch.long).view(BATCH, -1)
+    opt = torch.optim.Adam(model.parameters(), lr=LR)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / WARMUP, 0.5 * (1 + math.cos(math.pi * s / steps))))
+    model.train()
+    mems, t0 = None, time.perf_counter()
+    for step in range(steps):
+        s = step * TGT_LEN % (data.size(1) - TGT_LEN - 1)
+        if s < TGT_LEN:
+            mems = None  # wrapped around: the rows start afresh
+        out = model(data[:, s:s + TGT_LEN], mems, data[:, s + 1:s + 1 + TGT_LEN])
+        mems = out.mems
+        opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+        opt.step()
+        sched.step()
+        if step % 500 == 0 or step == steps - 1:
+            print(f"  step {step:5d}  loss {out.loss.item():.3f}", flush=True)
+    return time.perf_counter() - t0
+
+
+def scores(name: str, kind: str, model: torch.nn.Module, stream) -> dict[str, dict]:
+    """The rows of long_range.json that this model gives (several evaluations for xl)."""
+    model = model.float().eval()
+    if kind == "vanilla":
+        evals = {name: ("window", TGT_LEN)}
+    elif kind == "lstm":
+        evals = {name: ("stream", None)}
+    elif name == "xl":  # the memory sweep, on the main model only
+        evals = {"xl": ("stream", MEM_LEN), "xl-nomem": ("stream", 0),
+                 **{f"xl-eval-{k * MEM_LEN}": ("stream", k * MEM_LEN) for k in (2, 4, 8)}}
+    else:
+        evals = {name: ("stream", MEM_LEN)}
+    rows = {}
+    for row, (how, mem) in evals.items():
+        t0 = time.perf_counter()
+        if how == "window":
+            correct = window_predictions(model, stream.tokens, stream.answer_pos, TGT_LEN) == \
+                stream.tokens[stream.answer_pos]
+        else:
+            correct = recall_correct(stream, stream_predictions(model, stream.tokens, TGT_LEN, mem))
+        rows[row] = {"eval": how, "eval_mem_len": mem, "accuracy": recall_accuracy(correct, stream.gap, EDGES),
+                     "eval_s": round(time.perf_counter() - t0, 1)}
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python scripts/long_range.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=STEPS)
+    p.add_argument("--out", type=Path, default=OUT, help="writes OUT/long_range.json and OUT/long_range/NAME.pt")
+    p.add_argument("--only", nargs="+", choices=list(RUNS), help="train only these (others kept from the JSON)")
+    p.add_argument("--eval-tokens", type=int, default=200_000)
+    args = p.parse_args()
+
+    json_path = args.out / "long_range.json"
+    results = json.loads(json_path.read_text()) if json_path.exists() and args.only else {"models": {}}
+    results.update(chance=TASK.chance, tgt_len=TGT_LEN, mem_len=MEM_LEN, steps=args.steps, batch=BATCH,
+                   buckets=bucket_labels(EDGES), task=asdict(TASK),
+                   eval_task={"max_gap": EVAL_TASK.max_gap, "tokens": args.eval_tokens},
+                   threads=torch.get_num_threads())
+    train_tokens = recall_stream(args.steps * BATCH * TGT_LEN + BATCH * (TGT_LEN + 1), TASK, seed=1234).tokens
+    stream = recall_stream(args.eval_tokens, EVAL_TASK, seed=99)
+    for name in args.only or RUNS:
+        kind, seed, build = RUNS[name]
+        seed_everything(seed)
+        model = build()
+        print(f"{name}: {kind}, seed {seed}, {model.num_params():,} parameters", flush=True)
+        train_s = train_stream(model, train_tokens, args.steps)
+        round_to_float16(model)  # every accuracy below is that of the float16 weights
+        if name in KEEP:
+            save_recall_model(model, args.out / "long_range" / f"{name}.pt")
+        for row, res in scores(name, kind, model, stream).items():
+            results["models"][row] = {"kind": kind, "trained": name, "seed": seed, "params": model.num_params(),
+                                      "train_s": round(train_s, 1), **res}
+            print(f"  {row:14s} " + " ".join(f"{k}:{v:.2f}" for k, v in res["accuracy"].items()), flush=True)
+        atomic_write(json_path, lambda f: f.write((json.dumps(results, indent=1) + "\n").encode()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,257 @@
+"""A long-range recall task: tokens that only a memory of the right length can predict.
+
+Text at CPU scale cannot show Transformer-XL's payoff (a longer memory changes a small
+model's bpc by a hair), so this stream is built to need it. Besides random filler it
+holds *slots*: one token ``S(k,v)`` sets key ``k`` to a random value ``v``; later, exactly
+once, the token ``Q(k)`` asks for it and the next token is the answer ``v``. The answer
+has ONE source, the set ``gap`` positions back: nothing else in the stream predicts it,
+so the accuracy on answers, by gap, measures how far back a model really reaches. One
+attention hop from ``Q(k)`` to ``S(k, v)`` (term (a), content) is all it takes, if the set
+is among the keys the query can see.
+
+    task = RecallTask()
+    stream = recall_stream(200_000, task, seed=0)   # tokens, answer positions, gaps
+    acc = recall_accuracy(correct, stream.gap, edges=(32, 64, 96, 128, 192, 256))
+
+Chance on an answer is 1 / n_values. A key is set again only after it was queried, so
+no two sets of one key ever compete.
+
+The models compared on it (``scripts/long_range.py`` trains them): Transformer-XL, the
+vanilla baseline, and ``LSTMLM``, an LSTM whose state is carried across segments.
+``stream_predictions`` reads a stream the way each model is used (segments with memory or
+carried state); ``window_predictions`` gives every query exactly ``context`` tokens (the
+vanilla model's best case).
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from txl_minimal.model import TransformerXL, TXLConfig, TXLOutput
+from txl_minimal.utils import atomic_write
+
+
+@dataclass(frozen=True)
+class RecallTask:
+    """The stream's alphabet and timing. Token ids: fillers, sets S(k, v), queries Q(k), values."""
+
+    n_filler: int = 16
+    n_keys: int = 4  # pending slots at once: 8 kept a 2-layer model at chance for 4,000 steps
+    n_values: int = 8
+    min_gap: int = 2  # answer position - set position, before collisions push it later
+    max_gap: int = 256
+    p_set: float = 0.1  # chance that a free position starts a set (while a key is free)
+    log_uniform: bool = True  # gaps log-uniform (short ones common: the lookup is learnt early) or uniform
+
+    @property
+    def vocab_size(self) -> int:
+        return self.n_filler + self.n_keys * self.n_values + self.n_keys + self.n_values
+
+    @property
+    def chance(self) -> float:
+        return 1.0 / self.n_values
+
+    def set_token(self, key: int, value: int) -> int:
+        return self.n_filler + key * self.n_values + value
+
+    def query_token(self, key: int) -> int:
+        return self.n_filler + self.n_keys * self.n_values + key
+
+    def value_token(self, value: int) -> int:
+        return self.n_filler + self.n_keys * self.n_values + self.n_keys + value
+
+    def name(self, token: int) -> str:
+        """A token as a reader would write it: ``.`` filler, ``S1=5`` set, ``Q1`` query, ``5`` value."""
+        t = int(token) - self.n_filler
+        if t < 0:
+            return "."
+        if t < self.n_keys * self.n_values:
+            return f"S{t // self.n_values}={t % self.n_values}"
+        t -= self.n_keys * self.n_values
+        return f"Q{t}" if t < self.n_keys else str(t - self.n_keys)
+
+
+@dataclass
+class RecallStream:
+    """tokens (N,) uint8; answer_pos (A,): index of each answer token; gap (A,): its
+    distance to the value it repeats (answer_pos - set position)."""
+
+    tokens: np.ndarray
+    answer_pos: np.ndarray
+    gap: np.ndarray
+
+
+def recall_stream(n_tokens: int, task: RecallTask = RecallTask(), seed: int = 0) -> RecallStream:
+    """A deterministic stream of ``n_tokens`` (the same seed gives the same stream).
+
+    Each set draws its gap from [min_gap, max_gap], log-uniformly unless
+    ``task.log_uniform`` is False; a query whose time has
+    come waits only for the event before it to finish, so the recorded gap is exact.
+    """
+    if task.vocab_size > 256 or task.min_gap < 2 or task.max_gap < task.min_gap:
+        raise ValueError(f"need vocab_size <= 256 and 2 <= min_gap <= max_gap, got {task}")
+    rng = np.random.default_rng(seed)
+    tokens = np.empty(n_tokens + 2, dtype=np.uint8)  # +2: the last query may overrun
+    pending: dict[int, tuple[int, int, int]] = {}  # key -> (value, set position, answer due)
+    answers, gaps = [], []
+    t = 0
+    while t < n_tokens:
+        due = [k for k, (_, _, when) in pending.items() if when <= t + 1]
+        if due:  # Q(k) at t, its answer v at t + 1
+            k = min(due, key=lambda key: pending[key][2])
+            v, at, _ = pending.pop(k)
+            tokens[t:t + 2] = (task.query_token(k), task.value_token(v))
+            answers.append(t + 1)
+            gaps.append(t + 1 - at)
+            t += 2
+        elif len(pending) < task.n_keys and rng.random() < task.p_set:  # S(k, v)
+            k = int(rng.choice([i for i in range(task.n_keys) if i not in pending]))
+            v = int(rng.integers(task.n_values))
+            tokens[t] = task.set_token(k, v)
+            pending[k] = (v, t, t + _draw_gap(rng, task))
+            t += 1
+        else:
+            tokens[t] = rng.integers(task.n_filler)
+            t += 1
+    answers, gaps = np.array(answers, dtype=np.int64), np.array(gaps, dtype=np.int64)
+    keep = answers < n_tokens
+    return RecallStream(tokens[:n_tokens].copy(), answers[keep], gaps[keep])
+
+
+def _draw_gap(rng: np.random.Generator, task: RecallTask) -> int:
+    if not task.log_uniform:
+        return int(rng.integers(task.min_gap, task.max_gap + 1))
+    log_gap = rng.uniform(np.log(task.min_gap), np.log(task.max_gap + 1))
+    return min(task.max_gap, int(np.exp(log_gap)))
+
+
+def bucket_labels(edges: Sequence[int]) -> list[str]:
+    """("1-32", "33-64", ...) for the gap buckets (0, e0], (e0, e1], ..."""
+    lows = [1] + [e + 1 for e in edges[:-1]]
+    return [f"{lo}-{hi}" for lo, hi in zip(lows, edges)]
+
+
+def recall_accuracy(correct: np.ndarray, gap: np.ndarray, edges: Sequence[int]) -> dict[str, float]:
+    """Share of correct answers in each gap bucket ``"lo-hi"`` (NaN for an empty bucket).
+
+    correct: (A,) bool, one per answer; gap: (A,) its gap; edges: increasing upper ends.
+    Gaps beyond the last edge are left out.
+    """
+    correct, gap = np.asarray(correct, dtype=bool), np.asarray(gap)
+    out, lo = {}, 0
+    for label, hi in zip(bucket_labels(edges), edges):
+        sel = (gap > lo) & (gap <= hi)
+        out[label] = float(correct[sel].mean()) if sel.any() else float("nan")
+        lo = hi
+    return out
+
+
+def save_recall_model(model: nn.Module, path: str | Path) -> None:
+    """Store ``model`` (a TransformerXL or an LSTMLM) with float16 weights: half the file.
+    Round it first with ``round_to_float16`` so that what is scored is what is stored."""
+    kind = "lstm" if isinstance(model, LSTMLM) else model.cfg.attn_type
+    config = {} if kind == "lstm" else model.cfg.to_dict()
+    state = {"kind": kind, "config": config, "state_dict": {k: v.half() for k, v in model.state_dict().items()}}
+    atomic_write(path, lambda f: torch.save(state, f))
+
+
+def round_to_float16(model: nn.Module) -> nn.Module:
+    """Round every weight to float16 and back, in place (the model stays float32)."""
+    with torch.no_grad():
+        for t in model.state_dict().values():
+            t.copy_(t.half())
+    return model
+
+
+def load_recall_model(path: str | Path) -> nn.Module:
+    """A model stored by ``scripts/long_range.py`` (float16 weights), as float32, in eval mode."""
+    state = torch.load(path, weights_only=True)
+    if state["kind"] == "lstm":
+        sd = state["state_dict"]
+        n_layer = sum(k.startswith("lstm.weight_ih_l") for k in sd)
+        model = LSTMLM(sd["emb.weight"].size(0), sd["emb.weight"].size(1), sd["lstm.weight_hh_l0"].size(1), n_layer)
+    else:
+        model = TransformerXL(TXLConfig(**state["config"]))
+    model.load_state_dict({k: v.float() for k, v in state["state_dict"].items()})
+    return model.eval()
+
+
+class LSTMLM(nn.Module):
+    """A character LSTM language model: the recurrent baseline the paper compares against.
+
+    ``forward`` takes and returns what ``TransformerXL.forward`` does, so one training loop
+    serves both: ``mems`` is the LSTM state ``[h, c]``, carried across segments and detached
+    (truncated back-propagation through time, one segment long).
+    """
+
+    def __init__(self, vocab_size: int, d_embed: int = 128, d_hidden: int = 160, n_layer: int = 2):
+        super().__init__()
+        self.emb = nn.Embedding(vocab_size, d_embed)
+        self.lstm = nn.LSTM(d_embed, d_hidden, n_layer, batch_first=True)
+        self.out = nn.Linear(d_hidden, vocab_size)
+
+    def forward(self, tokens: torch.Tensor, mems: Optional[list[torch.Tensor]] = None,
+                targets: Optional[torch.Tensor] = None) -> TXLOutput:
+        h, (hn, cn) = self.lstm(self.emb(tokens.long()), None if not mems else tuple(mems))
+        out = TXLOutput(logits=F.log_softmax(self.out(h), dim=-1), mems=[hn.detach(), cn.detach()])
+        if targets is not None:
+            out.nll = F.nll_loss(out.logits.flatten(0, 1), targets.long().flatten(), reduction="none")
+            out.nll = out.nll.view(targets.shape)
+            out.loss = out.nll.mean()
+        return out
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+@torch.no_grad()
+def stream_predictions(model: nn.Module, tokens: np.ndarray, tgt_len: int,
+                       mem_len: Optional[int] = None) -> np.ndarray:
+    """The most likely next token after every position of ``tokens`` (N,), read in one row,
+    segment by segment with the memory (Transformer-XL, ``mem_len`` if given) or the
+    carried state (LSTM). Entry i predicts tokens[i + 1]."""
+    x = torch.as_tensor(np.asarray(tokens), dtype=torch.long)[None]
+    preds, mems = [], None
+    was_training = model.training
+    lengths = model.lengths(tgt_len=tgt_len, mem_len=mem_len) if isinstance(model, TransformerXL) else nullcontext()
+    with lengths:
+        model.eval()
+        for s in range(0, x.size(1), tgt_len):
+            out = model(x[:, s:s + tgt_len], mems)
+            mems = out.mems
+            preds.append(out.logits.argmax(-1)[0])
+    model.train(was_training)
+    return torch.cat(preds).numpy()
+
+
+@torch.no_grad()
+def window_predictions(model: TransformerXL, tokens: np.ndarray, positions: np.ndarray,
+                       context: int, batch_size: int = 256) -> np.ndarray:
+    """The most likely token at each of ``positions``, each predicted from exactly the
+    ``context`` tokens before it and nothing else (no memory): a sliding window, run only
+    where it is scored. Positions with fewer than ``context`` tokens before them are read
+    from the start of the stream."""
+    tokens = torch.as_tensor(np.asarray(tokens), dtype=torch.long)
+    positions = np.asarray(positions)
+    preds = np.empty(len(positions), dtype=np.int64)
+    with model.lengths(tgt_len=context, mem_len=0):
+        for i in range(0, len(positions), batch_size):
+            pos = positions[i:i + batch_size]
+            starts = np.maximum(pos - context, 0)
+            rows = [tokens[s:s + context] for s in starts]
+            rows = torch.stack([torch.nn.functional.pad(r, (0, context - len(r))) for r in rows])
+            logits = model(rows).logits  # row r predicts position p from index p - 1 - start
+            preds[i:i + len(pos)] = logits[torch.arange(len(pos)), torch.as_tensor(pos - 1 - starts)].argmax(-1)
+    return preds
+
+
+def recall_correct(stream: RecallStream, predictions: np.ndarray) -> np.ndarray:
+    """(A,) bool: was each answer predicted? ``predictions`` is stream_predictions' output."""
+    return predictions[stream.answer_pos - 1] == stream.tokens[stream.answer_pos]
