@@ -20,6 +20,7 @@ import argparse
 import ast
 import contextlib
 import csv
+import gc
 import itertools
 import math
 import os
@@ -509,7 +510,11 @@ def main(argv: Optional[list[str]] = None) -> None:
         print(f"step {res.step}: train bpc {res.train_bpc:.4f}, valid bpc {res.valid_bpc:.4f}, "
               f"{res.tokens_per_s:,.0f} tokens/s, {res.wall_time_s:.0f} s -> {res.out}")
     if dist.is_initialized():
-        dist.barrier()  # no rank tears gloo down while another still uses it (it aborted, rarely)
+        # Free the DDP wrapper (held in reference cycles) while its process group still exists:
+        # left to the interpreter's exit, gloo's threads aborted a rank now and then.
+        del res
+        gc.collect()
+        dist.barrier()
         dist.destroy_process_group()
 
 
