@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -31,7 +30,8 @@ import torch
 
 from txl_minimal.model import TransformerXL, TXLConfig
 from txl_minimal.tasks import (LSTMLM, RecallTask, bucket_labels, recall_accuracy, recall_correct, recall_stream,
-                               round_to_float16, save_recall_model, stream_predictions, window_predictions)
+                               round_to_float16, save_recall_model, stream_predictions, train_stream,
+                               window_predictions)
 from txl_minimal.utils import atomic_write, seed_everything
 
 OUT = Path(__file__).resolve().parents[1] / "results"
@@ -58,30 +58,6 @@ RUNS = {
     "xl-3layer": ("xl", 0, lambda: TransformerXL(xl_config(n_layer=3))),
 }
 KEEP = ("xl", "vanilla", "lstm")  # the weights the notebooks load (each < 1 MB); the rest only score
-
-
-def train_stream(model: torch.nn.Module, tokens: np.ndarray, steps: int) -> float:
-    """The plain loop: BATCH rows of the stream read in order, memory (or LSTM state)
-    carried from segment to segment, warm-up then cosine decay. Returns seconds taken."""
-    data = torch.as_tensor(tokens[: len(tokens) // BATCH * BATCH], dtype=torch.long).view(BATCH, -1)
-    opt = torch.optim.Adam(model.parameters(), lr=LR)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / WARMUP, 0.5 * (1 + math.cos(math.pi * s / steps))))
-    model.train()
-    mems, t0 = None, time.perf_counter()
-    for step in range(steps):
-        s = step * TGT_LEN % (data.size(1) - TGT_LEN - 1)
-        if s < TGT_LEN:
-            mems = None  # wrapped around: the rows start afresh
-        out = model(data[:, s:s + TGT_LEN], mems, data[:, s + 1:s + 1 + TGT_LEN])
-        mems = out.mems
-        opt.zero_grad(set_to_none=True)
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
-        opt.step()
-        sched.step()
-        if step % 500 == 0 or step == steps - 1:
-            print(f"  step {step:5d}  loss {out.loss.item():.3f}", flush=True)
-    return time.perf_counter() - t0
 
 
 def scores(name: str, kind: str, model: torch.nn.Module, stream) -> dict[str, dict]:
@@ -131,13 +107,14 @@ def main() -> None:
         seed_everything(seed)
         model = build()
         print(f"{name}: {kind}, seed {seed}, {model.num_params():,} parameters", flush=True)
-        train_s = train_stream(model, train_tokens, args.steps)
+        train_s = train_stream(model, train_tokens, args.steps, BATCH, TGT_LEN, LR, WARMUP)
         round_to_float16(model)  # every accuracy below is that of the float16 weights
         if name in KEEP:
             save_recall_model(model, args.out / "long_range" / f"{name}.pt")
         for row, res in scores(name, kind, model, stream).items():
-            results["models"][row] = {"kind": kind, "trained": name, "seed": seed, "params": model.num_params(),
-                                      "train_s": round(train_s, 1), **res}
+            shape = {"mem_len": model.cfg.mem_len, "n_layer": model.cfg.n_layer} if kind != "lstm" else {}
+            results["models"][row] = {"kind": kind, "trained": name, "seed": seed, **shape,
+                                      "params": model.num_params(), "train_s": round(train_s, 1), **res}
             print(f"  {row:14s} " + " ".join(f"{k}:{v:.2f}" for k, v in res["accuracy"].items()), flush=True)
         atomic_write(json_path, lambda f: f.write((json.dumps(results, indent=1) + "\n").encode()))
 

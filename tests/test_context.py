@@ -189,3 +189,18 @@ def test_relative_effective_context_length_orders_models():
     assert never["a"] == 32  # gains at every step: the largest context, a lower bound
     with pytest.raises(ValueError):
         relative_effective_context_length({"a": long[:3]}, CONTEXTS)
+
+
+def test_context_nll_of_an_lstm_reads_each_window_from_an_empty_state():
+    """Any model with TransformerXL's forward works: an LSTM sees exactly the window."""
+    from txl_minimal.tasks import LSTMLM  # the recurrent baseline of notebook 06
+
+    torch.manual_seed(0)
+    lstm = LSTMLM(27, d_embed=8, d_hidden=12, n_layer=2).double().eval()
+    targets = target_positions(len(DATA), 7, max_context=10)
+    got = context_nll(lstm, DATA, targets, context=10, batch_size=3)
+    ids = torch.as_tensor(DATA)
+    with torch.no_grad():
+        want = [-lstm(ids[None, t - 10:t]).logits[0, -1, ids[t]].item() for t in targets]
+    np.testing.assert_allclose(got, want, rtol=1e-6)  # context_nll scores in float32
+    assert not np.allclose(got, context_nll(lstm, DATA, targets, context=3))  # the window matters

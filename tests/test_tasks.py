@@ -12,7 +12,7 @@ from tiny import TINY
 from txl_minimal.model import read_segments
 from txl_minimal.tasks import (LSTMLM, RecallTask, bucket_labels, load_recall_model, recall_accuracy,
                                recall_correct, recall_stream, round_to_float16, save_recall_model,
-                               stream_predictions, window_predictions)
+                               stream_predictions, train_stream, window_predictions)
 
 TASK = RecallTask()
 
@@ -132,3 +132,18 @@ def test_recall_models_round_trip_through_float16_files(kind, tiny_model, tmp_pa
     for k, v in model.state_dict().items():
         assert torch.equal(back.state_dict()[k], v)  # rounding first: nothing changes on the way
     assert (tmp_path / "m.pt").stat().st_size < 0.6 * 4 * sum(p.numel() for p in model.parameters()) + 20_000
+
+
+@pytest.mark.parametrize("kind", ["xl", "lstm"])
+def test_train_stream_learns_a_periodic_stream(kind, tiny_model):
+    """The shared loop trains either model: a stream that repeats every 5 tokens is learnt."""
+    torch.manual_seed(0)
+    model = LSTMLM(TASK.vocab_size, 16, 24, 1) if kind == "lstm" else \
+        tiny_model(vocab_size=TASK.vocab_size, noise=0.0, dtype=torch.float32).train()
+    tokens = np.tile(np.arange(5, dtype=np.uint8), 400)
+    x = torch.as_tensor(tokens[:40], dtype=torch.long)[None]
+    before = model(x[:, :-1], targets=x[:, 1:]).loss.item()
+    seconds = train_stream(model, tokens, steps=150, batch_size=4, tgt_len=8, lr=1e-2, warmup=5, log_every=1000)
+    model.eval()
+    after = model(x[:, :-1], targets=x[:, 1:]).loss.item()
+    assert seconds > 0 and after < 0.3 * before

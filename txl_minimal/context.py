@@ -67,6 +67,9 @@ def context_nll(model: TransformerXL, data, targets: Sequence[int], context: int
       tgt_len 64 + mem_len 64; information then still reaches further back through
       the layers (Sec. 3.2).
 
+    * any other model with ``TransformerXL``'s forward (``tasks.LSTMLM``): one pass over
+      the window from an empty state.
+
     ``clamp_len`` (relative models) caps the distances given their own encoding.
     The model's lengths are restored afterwards. Returns float64, shape (len(targets),).
     """
@@ -79,17 +82,22 @@ def context_nll(model: TransformerXL, data, targets: Sequence[int], context: int
     if int(t.min()) < context or int(t.max()) >= len(ids):
         raise ValueError(f"targets must lie in [context={context}, {len(ids) - 1}]; "
                          f"got {int(t.min())}..{int(t.max())}")
-    cfg = model.cfg
     device = next(model.parameters()).device
-    one_pass = cfg.attn_type == "abs" or mem_len == 0 or mem_len is None or mem_len >= context
-    L = context if one_pass else min(seg_len or cfg.tgt_len, context)
-    first = context - L * (-(-context // L) - 1)  # a short first segment, full last ones
+    xl = isinstance(model, TransformerXL)
+    if xl:
+        cfg = model.cfg
+        one_pass = cfg.attn_type == "abs" or mem_len == 0 or mem_len is None or mem_len >= context
+        L = context if one_pass else min(seg_len or cfg.tgt_len, context)
+        first = context - L * (-(-context // L) - 1)  # a short first segment, full last ones
     out, offsets = [], torch.arange(-context, 0)
     for s in range(0, len(t), batch_size):
         tb = t[s:s + batch_size]
         windows = ids[tb[:, None] + offsets[None, :]].to(device)  # (B, context)
-        *_, (_, last) = read_segments(model, windows, tgt_len=L, mem_len=0 if one_pass else mem_len,
-                                      clamp_len=clamp_len, same_length=False, first_len=first)
+        if xl:
+            *_, (_, last) = read_segments(model, windows, tgt_len=L, mem_len=0 if one_pass else mem_len,
+                                          clamp_len=clamp_len, same_length=False, first_len=first)
+        else:
+            last = model(windows)
         logits = last.logits[:, -1].float()
         out.append(F.cross_entropy(logits, ids[tb].to(device), reduction="none").double().cpu())
     return torch.cat(out).numpy()

@@ -24,6 +24,8 @@ vanilla model's best case).
 """
 from __future__ import annotations
 
+import math
+import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,6 +211,37 @@ class LSTMLM(nn.Module):
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def train_stream(model: nn.Module, tokens: np.ndarray, steps: int, batch_size: int, tgt_len: int,
+                 lr: float, warmup: int, grad_clip: float = 0.25, log_every: int = 500) -> float:
+    """Train ``model`` (a TransformerXL or an LSTMLM) on a token stream; return the seconds.
+
+    The plain loop: the stream cut into ``batch_size`` rows read in order, memory (or LSTM
+    state) carried from segment to segment and reset when the rows wrap around, Adam with
+    linear warm-up then cosine decay, gradients clipped to ``grad_clip``.
+    """
+    data = torch.as_tensor(np.asarray(tokens[: len(tokens) // batch_size * batch_size]), dtype=torch.long)
+    data = data.view(batch_size, -1)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min((s + 1) / warmup, 0.5 * (1 + math.cos(math.pi * s / steps))))
+    model.train()
+    mems, t0 = None, time.perf_counter()
+    for step in range(steps):
+        s = step * tgt_len % (data.size(1) - tgt_len - 1)
+        if s < tgt_len:
+            mems = None  # (re)started at the beginning of the rows
+        out = model(data[:, s:s + tgt_len], mems, data[:, s + 1:s + 1 + tgt_len])
+        mems = out.mems
+        opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        opt.step()
+        sched.step()
+        if step % log_every == 0 or step == steps - 1:
+            print(f"  step {step:5d}  loss {out.loss.item():.3f}", flush=True)
+    return time.perf_counter() - t0
 
 
 @torch.no_grad()
