@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import pydoc
 import re
+import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -244,16 +248,45 @@ def test_generate_reads_every_token_once(tiny_model):
     assert sum(seen) == 13 + 20 - 1  # the prompt once, then each new token once (the last is not read)
 
 
-def test_generate_takes_and_returns_a_string(tiny_model, monkeypatch):
+def test_generate_takes_and_returns_a_string(tiny_model):
     model = tiny_model()
     text = model.generate("the king ", 12, temperature=0)
     assert isinstance(text, str) and len(text) == 21 and text.startswith("the king ")
     assert text == decode(model.generate(encode("the king "), 12, temperature=0))  # ids: the same
     with pytest.raises(ValueError, match="'K' at position 4 is not in VOCAB"):
         model.generate("the King", 3)
-    monkeypatch.delitem(sys.modules, "txl_minimal.data")  # as for model.py copied alone
-    with pytest.raises(ValueError, match=r"needs text8's alphabet.*Fix.*pass token ids"):
-        model.generate("the king ", 3)
+
+
+ALONE = """
+import torch
+from model import TXLConfig, TransformerXL, validation
+assert validation is None  # no package around it: no input checks
+torch.manual_seed(0)
+for attn_type, mem_len in (("rel", 6), ("abs", 0)):  # the paper's model and the vanilla baseline
+    model = TransformerXL(TXLConfig(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32,
+                                    tgt_len=5, mem_len=mem_len, attn_type=attn_type))
+    x = torch.randint(0, 27, (2, 10))
+    out = model(x[:, :5], targets=x[:, 1:6])
+    out = model(x[:, 5:9], out.mems, targets=x[:, 6:10])
+    out.loss.backward()
+    print(attn_type, round(out.loss.item(), 4), tuple(model.generate(x[:, :3], 4).shape))
+try:
+    model.generate("the king", 2)
+except ValueError as e:
+    print(e)
+"""
+
+
+def test_model_py_copied_alone_runs_the_paper_and_the_baseline(tmp_path):
+    src = Path(__file__).resolve().parents[1] / "txl_minimal" / "model.py"
+    shutil.copy(src, tmp_path / "model.py")
+    run = subprocess.run([sys.executable, "-c", ALONE], cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path)}, timeout=120)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert [line.split()[0] for line in lines[:2]] == ["rel", "abs"]
+    assert all(line.endswith("(2, 7)") for line in lines[:2])  # 3 prompt ids + 4 new ones
+    assert re.search(r"needs text8's alphabet.*Fix.*pass token ids", lines[2])
 
 
 def test_help_shows_the_inputs_and_every_output_with_units():

@@ -14,15 +14,15 @@ The relative attention score between query i and key j:
            + v^T Wk,R R_{i-j}           (d) global positional bias
 
 The vanilla baseline (``attn_type="abs"``) is here too; Shaw et al.'s encoding and
-adaptive span are in ``variants.py``. This file needs only torch. Names follow the
-authors' code, so their checkpoints load: ``r_w_bias`` is u, ``r_r_bias`` is v.
+adaptive span are in ``variants.py``. This file needs only torch (in the package,
+``validation.py`` adds clear errors for bad inputs). Names follow the authors' code,
+so their checkpoints load: ``r_w_bias`` is u, ``r_r_bias`` is v.
 Shapes are batch first: tokens (B, T), states (B, T, d_model), scores (B, H, T, klen).
 """
 from __future__ import annotations
 
 import contextlib
 import math
-import sys
 from dataclasses import dataclass, fields, replace
 from typing import Iterator, Optional
 
@@ -30,7 +30,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-ATTN_TYPES = ("rel", "abs", "shaw")
+if __package__ == "txl_minimal":  # clear errors for bad inputs, and text prompts (validation.py)
+    from txl_minimal import validation
+else:  # this file copied alone: the same model, without the checks
+    validation = None
 
 
 @dataclass
@@ -60,24 +63,8 @@ class TXLConfig:
     span_loss_coeff: float = 2e-6  # lambda of the L1 penalty on spans (per token of span)
 
     def __post_init__(self) -> None:
-        """Raise ``ValueError`` naming the first impossible field."""
-        for f in fields(self):  # types first: True is an int to Python, and "no" is truthy
-            value, low = getattr(self, f.name), 0 if f.name in ("mem_len", "clamp_len") else 1
-            if f.type == "int" and (type(value) is not int or value < low):
-                raise ValueError(f"TXLConfig.{f.name} must be an integer >= {low}, got {value!r}")
-            if f.type == "bool" and not isinstance(value, bool):
-                raise ValueError(f"TXLConfig.{f.name} must be True or False, got {value!r}")
-            if f.type == "float" and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not 0 <= value <= 1):
-                raise ValueError(f"TXLConfig.{f.name} must be a number in [0, 1], got {value!r}")
-        if self.d_model % 2:  # R has d_model / 2 sines and as many cosines
-            raise ValueError(f"TXLConfig.d_model must be even (sinusoid pairs), got {self.d_model}")
-        if max(self.dropout, self.dropatt) >= 1:
-            raise ValueError(f"TXLConfig.dropout and dropatt must be below 1, got {self.dropout}, {self.dropatt}")
-        if self.attn_type not in ATTN_TYPES:
-            raise ValueError(f"TXLConfig.attn_type must be one of {ATTN_TYPES}, got {self.attn_type!r}")
-        if self.adaptive_span and self.attn_type != "rel":
-            raise ValueError("TXLConfig.adaptive_span needs attn_type='rel'")
+        if validation is not None:  # a ValueError naming the first impossible field
+            validation.check_config(self)
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -429,7 +416,8 @@ class TransformerXL(nn.Module):
         """Run one segment: ``tokens`` (B, T) integer ids; ``mems`` the previous segment's
         ``out.mems`` (or None); ``targets`` (B, T) ids to score. Returns a ``TXLOutput``."""
         cfg = self.cfg
-        self._check_inputs(tokens, mems, targets)
+        if validation is not None:
+            validation.check_inputs(self, tokens, mems, targets)
         mems = None if not mems or mems[0].size(1) == 0 else mems
         B, qlen = tokens.shape
         mlen = 0 if mems is None else mems[0].size(1)
@@ -459,33 +447,6 @@ class TransformerXL(nn.Module):
                 out.loss = out.loss + cfg.span_loss_coeff * sum(l.dec_attn.spans().mean() for l in self.layers)
         return out
 
-    def _check_inputs(self, tokens: torch.Tensor, mems, targets) -> None:
-        """A ``ValueError`` that names the problem, before torch fails deep inside."""
-        ints = (torch.long, torch.int, torch.int16, torch.uint8)
-        for what, ids in (("tokens", tokens), ("targets", targets)):  # float ids would be truncated
-            if ids is not None and (ids.dim() != 2 or ids.dtype not in ints):
-                raise ValueError(f"{what} must be an integer tensor of shape (batch, seq); got "
-                                 f"{tuple(ids.shape)} {ids.dtype}")
-        if tokens.numel() == 0:
-            raise ValueError(f"tokens must hold at least one token per row; got shape {tuple(tokens.shape)}")
-        if targets is not None and targets.shape != tokens.shape:
-            raise ValueError(f"targets shape {tuple(targets.shape)} != tokens shape {tuple(tokens.shape)}")
-        for what, ids in (("token", tokens), ("target", targets)):
-            if ids is not None and (int(ids.min()) < 0 or int(ids.max()) >= self.cfg.vocab_size):
-                raise ValueError(f"{what} ids must be in [0, {self.cfg.vocab_size - 1}] (vocab_size); got min "
-                                 f"{int(ids.min())}, max {int(ids.max())}. Encode text with txl_minimal.encode.")
-        if mems:  # the memory of another model, batch, dtype or device would fail inside torch
-            B, d, p = tokens.size(0), self.cfg.d_model, self.out_bias
-            fits = [isinstance(m, torch.Tensor) and m.dim() == 3
-                    and (m.size(0), m.size(2), m.dtype, m.device) == (B, d, p.dtype, p.device) for m in mems]
-            if len(mems) != self.cfg.n_layer or not all(fits):
-                i = fits.index(False) if False in fits else 0
-                m = mems[i]
-                got = f"{tuple(m.shape)} {m.dtype} on {m.device}" if isinstance(m, torch.Tensor) else repr(m)
-                raise ValueError(f"mems must be a previous out.mems: n_layer={self.cfg.n_layer} tensors (batch={B}, "
-                                 f"mlen, d_model={d}) {p.dtype} on {p.device}; got {len(mems)}, mems[{i}] "
-                                 f"{got}. Fix: pass None (an empty memory), e.g. when the batch size changes")
-
     @torch.no_grad()
     def generate(self, prompt, n_new: int, temperature: float = 1.0, top_k: Optional[int] = None,
                  generator: Optional[torch.Generator] = None) -> torch.Tensor | str:
@@ -497,22 +458,15 @@ class TransformerXL(nn.Module):
         memory (``mem_len == 0``, the vanilla model) the last ``tgt_len`` tokens are
         recomputed at every step.
         """
-        if type(n_new) is not int or n_new < 0 or temperature < 0 or (top_k is not None and top_k <= 0):
-            raise ValueError("n_new must be an integer >= 0, temperature >= 0 (0 = greedy) and top_k positive "
-                             f"or None; got n_new={n_new!r}, temperature={temperature}, top_k={top_k}")
-        data = None
-        if isinstance(prompt, str):  # text8's alphabet is in data.py, which the package has loaded
-            data = sys.modules.get("txl_minimal.data")  # (not imported: model.py must run alone)
-            if data is None:
-                raise ValueError("a string prompt needs text8's alphabet from txl_minimal.data, which is not "
-                                 "loaded. Fix: import txl_minimal first, or pass token ids: "
-                                 "model.generate(torch.tensor([8, 9]), n_new)")
-            prompt = data.encode(prompt)
-        seq = torch.as_tensor(prompt, device=self.out_bias.device)
-        if seq.is_floating_point() or seq.numel() == 0:  # a float id would be truncated silently
-            raise ValueError(f"prompt must hold at least one integer token id, got {seq.dtype} {tuple(seq.shape)}")
+        decode = None
+        if validation is not None:  # text -> ids, and clear errors for bad arguments
+            prompt, decode = validation.check_generate(prompt, n_new, temperature, top_k)
+        elif isinstance(prompt, str):
+            raise ValueError("a string prompt needs text8's alphabet from txl_minimal.data. Fix: use the "
+                             "package, or pass token ids: model.generate(torch.tensor([8, 9]), n_new)")
+        seq = torch.as_tensor(prompt, device=self.out_bias.device).long()
         squeeze = seq.dim() == 1
-        seq = seq.long()[None] if squeeze else seq.long()
+        seq = seq[None] if squeeze else seq
         L, recurrent = self.cfg.tgt_len, self.cfg.mem_len > 0
         with self.lengths():  # eval mode, restored afterwards
             if recurrent:  # read the prompt segment by segment
@@ -527,7 +481,7 @@ class TransformerXL(nn.Module):
                     out = self(nxt, mems)
                     mems, logits = out.mems, out.logits[:, -1]
         seq = seq[0] if squeeze else seq
-        return seq if data is None else data.decode(seq)
+        return seq if decode is None else decode(seq)
 
     # -- the authors' MemTransformerLM checkpoints (attn_type 0, div_val 1, no adaptive softmax)
     def official_state_dict(self) -> dict[str, torch.Tensor]:

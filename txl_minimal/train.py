@@ -104,6 +104,9 @@ class TrainConfig:
                                  "GPU(s). Fix: device='auto' (a GPU if there is one) or 'cpu' (--device cpu)")
 
 
+# What the two shipped CPU pairs' trainings share.
+_CPU_TRAIN = dict(corpus="text8-mini", batch_size=16, max_steps=5000, eval_interval=500, eval_tokens=32768,
+                  log_interval=50)
 PRESETS: dict[str, dict[str, dict]] = {
     # README and notebooks: ~1 min of one CPU core (valid bpc ~2.75 on text8-mini).
     "cpu-tiny": dict(
@@ -111,21 +114,19 @@ PRESETS: dict[str, dict[str, dict]] = {
                    dropatt=0.0, tgt_len=32, mem_len=32),
         train=dict(corpus="text8-mini", batch_size=16, lr=3e-3, warmup_steps=100, max_steps=2000,
                    eval_interval=500, eval_tokens=8192, log_interval=25, out="runs/cpu-tiny")),
-    # The shipped models (txl_minimal/pretrained): measured 2,582 s (txl) and 2,164 s (vanilla)
+    # The shipped "txl-tiny"/"vanilla-tiny" (txl_minimal/pretrained): 2,582 s and 2,164 s
     # on ONE thread of a shared 2-core CPU (train_wall_time_s in pretrained/*.json).
     "cpu-small": dict(
         model=dict(n_layer=4, n_head=4, d_model=128, d_head=32, d_inner=512, dropout=0.1,
                    dropatt=0.0, tgt_len=64, mem_len=64),
-        train=dict(corpus="text8-mini", batch_size=16, lr=1e-3, warmup_steps=200, max_steps=5000,
-                   eval_interval=500, eval_tokens=32768, log_interval=50, out="runs/cpu-small")),
-    # The shipped models (txl_minimal/pretrained): 4 layers, d_model 256, 3.2M parameters,
-    # 5,000 steps of 16 x 128 characters (10.2M, 3.7 epochs of text8-mini); the vanilla twin
-    # is the same with --set attn_type=abs mem_len=0. Training times: pretrained/*.json.
+        train=dict(_CPU_TRAIN, lr=1e-3, warmup_steps=200, out="runs/cpu-small")),
+    # The shipped "txl"/"vanilla": 4 layers, d_model 256, 3.4M parameters, 5,000 steps of
+    # 16 x 128 characters (10.2M, 3.7 epochs of text8-mini); the vanilla twin is the same
+    # with --set attn_type=abs mem_len=0. Training times: pretrained/*.json.
     "cpu-base": dict(
         model=dict(n_layer=4, n_head=4, d_model=256, d_head=64, d_inner=1024, dropout=0.1,
                    dropatt=0.0, tgt_len=128, mem_len=128),
-        train=dict(corpus="text8-mini", batch_size=16, lr=5e-4, warmup_steps=500, max_steps=5000,
-                   eval_interval=500, eval_tokens=32768, log_interval=50, out="runs/cpu-base")),
+        train=dict(_CPU_TRAIN, lr=5e-4, warmup_steps=500, out="runs/cpu-base")),
     # One Colab-class GPU, about an hour on full text8 (an estimate: never run here).
     "gpu-small": dict(
         model=dict(n_layer=8, n_head=8, d_model=256, d_head=32, d_inner=1024, dropout=0.1,
@@ -358,21 +359,25 @@ def _check_replicas_agree(model: TransformerXL, world: int) -> None:
 
 # ----------------------------------------------------------------------------- training
 
+def _last_step(cfg: TrainConfig, stop_at: Optional[int]) -> int:
+    """The step training ends at: ``max_steps``, or ``stop_at`` if earlier (as if interrupted)."""
+    replace(cfg)  # validates again: a field may have been changed since the config was made
+    if stop_at is not None and (type(stop_at) is not int or stop_at < 1):
+        raise ValueError(f"stop_at must be a positive integer or None, got {stop_at!r}")
+    return min(cfg.max_steps, stop_at or cfg.max_steps)
+
+
 def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = None,
           resume: bool = False, stop_at: Optional[int] = None, progress: bool = True,
           overwrite: bool = False, print_evals: bool = False) -> TrainResult:
     """Train a TransformerXL; writes ``cfg.out``/ckpt.pt and ``cfg.out``/log.csv.
 
-    resume: continue from ckpt.pt (weights, optimiser, schedule, RNG, data position and
-    memory all restored, so the run ends as if never interrupted). overwrite: replace the
-    run in ``cfg.out``; without resume or overwrite, a run there is refused (FileExistsError)
-    before anything is written. stop_at: end after that many steps with a checkpoint, as if interrupted (the schedule
-    still aims at max_steps). progress: a bar and a line per evaluation; print_evals: those
-    lines even without the bar. Under torchrun each rank reads its own block of the batch columns.
-    """
-    replace(cfg)  # validates again: a field may have been changed since the config was made
-    if stop_at is not None and (type(stop_at) is not int or stop_at < 1):
-        raise ValueError(f"stop_at must be a positive integer or None, got {stop_at!r}")
+    resume: continue from ckpt.pt (weights, optimiser, schedule, RNG, data position and memory,
+    so the run ends as if never interrupted). overwrite: replace the run in ``cfg.out`` (without
+    either, a run there is refused before anything is written). stop_at: end after that many steps
+    with a checkpoint, as if interrupted. progress: a bar and a line per evaluation; print_evals:
+    those lines without the bar. Under torchrun each rank reads its own block of batch columns."""
+    end = _last_step(cfg, stop_at)
     rank, world, local = _distributed()
     out_dir = Path(cfg.out)
     _claim_out(out_dir, resume, overwrite, rank)
@@ -396,17 +401,13 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     log = CSVLog(out_dir / "log.csv", resume, step, write=rank == 0)
     bar = tqdm(total=cfg.max_steps, initial=step, disable=not progress or rank != 0,
                mininterval=1.0, dynamic_ncols=True)
-    end = min(cfg.max_steps, stop_at if stop_at is not None else cfg.max_steps)
     tokens_per_step = cfg.batch_size * model_cfg.tgt_len
     losses, t_train, n_tok, valid_bpc, train_bpc, tok_s = [], 0.0, 0, float("nan"), float("nan"), 0.0
-    model.train()
     t_wall = time.perf_counter()
     while step < end:
         t0 = time.perf_counter()
-        batch = next(batches, None)
-        if batch is None:  # a new pass over the data: fresh memory
-            epoch, segment, mems = epoch + 1, 0, None
-            batches = iter(loader)
+        if (batch := next(batches, None)) is None:  # a new pass over the data: fresh memory
+            epoch, segment, mems, batches = epoch + 1, 0, None, iter(loader)
             batch = next(batches)
         x, y = batch
         with autocast:
@@ -418,7 +419,6 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
         scaler.step(opt)
         scaler.update()
         opt.zero_grad(set_to_none=True)
-        lr = sched.get_last_lr()[0]
         sched.step()
         step, segment = step + 1, segment + 1
         losses.append(out.nll.mean().item())  # the NLL alone (loss may add a span penalty)
@@ -436,7 +436,7 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
                 if progress or print_evals:
                     bar.write(f"step {step}: train bpc {train_bpc:.3f}, valid bpc {valid_bpc:.3f}")
                     sys.stdout.flush()  # at once, also into a log file
-            log.write(step, step * tokens_per_step, elapsed + time.perf_counter() - t_wall, lr, train_bpc,
+            log.write(step, step * tokens_per_step, elapsed + time.perf_counter() - t_wall, lr_at(step, cfg), train_bpc,
                       valid_bpc if do_eval else None)
         if do_eval:
             elapsed, t_wall = elapsed + time.perf_counter() - t_wall, time.perf_counter()

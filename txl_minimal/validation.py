@@ -1,0 +1,80 @@
+"""Clear errors for bad inputs to ``model.py``, kept out of the paper's code.
+
+``model.py`` calls these when it runs inside the package; copied alone, it runs the
+same model without them. Each raises ``ValueError`` naming the problem and the fix
+before torch fails deep inside (or, worse, computes something from a wrong input).
+"""
+from __future__ import annotations
+
+from dataclasses import fields
+
+import torch
+
+from txl_minimal.data import decode, encode
+
+ATTN_TYPES = ("rel", "abs", "shaw")  # "shaw" is registered by variants.py
+INT_TYPES = (torch.long, torch.int, torch.int16, torch.uint8)
+
+
+def check_config(cfg) -> None:
+    """A ``TXLConfig`` whose fields all make sense, else the first impossible field."""
+    for f in fields(cfg):  # types first: True is an int to Python, and "no" is truthy
+        value, low = getattr(cfg, f.name), 0 if f.name in ("mem_len", "clamp_len") else 1
+        if f.type == "int" and (type(value) is not int or value < low):
+            raise ValueError(f"TXLConfig.{f.name} must be an integer >= {low}, got {value!r}")
+        if f.type == "bool" and not isinstance(value, bool):
+            raise ValueError(f"TXLConfig.{f.name} must be True or False, got {value!r}")
+        if f.type == "float" and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0 <= value <= 1):
+            raise ValueError(f"TXLConfig.{f.name} must be a number in [0, 1], got {value!r}")
+    if cfg.d_model % 2:  # R has d_model / 2 sines and as many cosines
+        raise ValueError(f"TXLConfig.d_model must be even (sinusoid pairs), got {cfg.d_model}")
+    if max(cfg.dropout, cfg.dropatt) >= 1:
+        raise ValueError(f"TXLConfig.dropout and dropatt must be below 1, got {cfg.dropout}, {cfg.dropatt}")
+    if cfg.attn_type not in ATTN_TYPES:
+        raise ValueError(f"TXLConfig.attn_type must be one of {ATTN_TYPES}, got {cfg.attn_type!r}")
+    if cfg.adaptive_span and cfg.attn_type != "rel":
+        raise ValueError("TXLConfig.adaptive_span needs attn_type='rel'")
+
+
+def check_inputs(model, tokens: torch.Tensor, mems, targets) -> None:
+    """``TransformerXL.forward``'s inputs: integer ids in the vocabulary, and a memory
+    that this model made for this batch size (its dtype and device)."""
+    cfg = model.cfg
+    for what, ids in (("tokens", tokens), ("targets", targets)):  # float ids would be truncated
+        if ids is not None and (ids.dim() != 2 or ids.dtype not in INT_TYPES):
+            raise ValueError(f"{what} must be an integer tensor of shape (batch, seq); got "
+                             f"{tuple(ids.shape)} {ids.dtype}")
+    if tokens.numel() == 0:
+        raise ValueError(f"tokens must hold at least one token per row; got shape {tuple(tokens.shape)}")
+    if targets is not None and targets.shape != tokens.shape:
+        raise ValueError(f"targets shape {tuple(targets.shape)} != tokens shape {tuple(tokens.shape)}")
+    for what, ids in (("token", tokens), ("target", targets)):
+        if ids is not None and (int(ids.min()) < 0 or int(ids.max()) >= cfg.vocab_size):
+            raise ValueError(f"{what} ids must be in [0, {cfg.vocab_size - 1}] (vocab_size); got min "
+                             f"{int(ids.min())}, max {int(ids.max())}. Encode text with txl_minimal.encode.")
+    if mems:  # the memory of another model, batch, dtype or device would fail inside torch
+        B, d, p = tokens.size(0), cfg.d_model, model.out_bias
+        fits = [isinstance(m, torch.Tensor) and m.dim() == 3
+                and (m.size(0), m.size(2), m.dtype, m.device) == (B, d, p.dtype, p.device) for m in mems]
+        if len(mems) != cfg.n_layer or not all(fits):
+            i = fits.index(False) if False in fits else 0
+            m = mems[i]
+            got = f"{tuple(m.shape)} {m.dtype} on {m.device}" if isinstance(m, torch.Tensor) else repr(m)
+            raise ValueError(f"mems must be a previous out.mems: n_layer={cfg.n_layer} tensors (batch={B}, "
+                             f"mlen, d_model={d}) {p.dtype} on {p.device}; got {len(mems)}, mems[{i}] "
+                             f"{got}. Fix: pass None (an empty memory), e.g. when the batch size changes")
+
+
+def check_generate(prompt, n_new: int, temperature: float, top_k):
+    """``TransformerXL.generate``'s arguments. Returns the prompt as ids (a string is
+    encoded over text8's alphabet) and the function that turns the result back into
+    the prompt's kind: ``decode`` for a string, None for ids."""
+    if type(n_new) is not int or n_new < 0 or temperature < 0 or (top_k is not None and top_k <= 0):
+        raise ValueError("n_new must be an integer >= 0, temperature >= 0 (0 = greedy) and top_k positive "
+                         f"or None; got n_new={n_new!r}, temperature={temperature}, top_k={top_k}")
+    text = isinstance(prompt, str)
+    ids = torch.as_tensor(encode(prompt) if text else prompt)
+    if ids.is_floating_point() or ids.numel() == 0:  # a float id would be truncated silently
+        raise ValueError(f"prompt must hold at least one integer token id, got {ids.dtype} {tuple(ids.shape)}")
+    return ids, decode if text else None
