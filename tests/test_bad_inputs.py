@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import random
 import warnings
 
 import pytest
@@ -164,6 +165,17 @@ def test_damaged_checkpoint_is_refused_with_what_to_do(tiny_checkpoint, damage):
     assert "weights_only=False" not in str(err.value)
     if damage == "one bit flipped":
         assert "do not match the SHA-256" in str(err.value)
+
+
+def test_any_random_bytes_are_refused_as_corrupt(tmp_path):
+    # random bytes fail in many places inside torch.load (seen: UnicodeDecodeError, IndexError,
+    # KeyError, UnpicklingError); every one must become the same clear error
+    rng = random.Random(0)
+    for k in range(200):
+        path = tmp_path / f"junk{k}.pt"
+        path.write_bytes(bytes(rng.getrandbits(8) for _ in range(1000)))
+        with pytest.raises(ValueError, match=f"checkpoint {path} is corrupt or incomplete.*Fix"):
+            load_checkpoint(path)
 
 
 def test_checkpoint_without_checksum_loads_with_a_warning(tiny_checkpoint):

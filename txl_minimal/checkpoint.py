@@ -11,7 +11,6 @@ one written by ``save`` only the weights and the model config. Each also holds
 from __future__ import annotations
 
 import hashlib
-import pickle
 import random
 import warnings
 from pathlib import Path
@@ -92,8 +91,9 @@ def load_checkpoint(path: str | Path, model_cfg: Optional[TXLConfig] = None,
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except PermissionError:
         raise
-    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as e:  # torch's words point at its
-        problem = (f"{Path(path).stat().st_size:,} bytes; torch.load: {type(e).__name__} "  # internals
+    except Exception as e:  # damaged bytes fail anywhere in the unpickler (EOFError, UnpicklingError,
+        # UnicodeDecodeError, IndexError, KeyError, ...); torch's words point at its internals
+        problem = (f"{Path(path).stat().st_size:,} bytes; torch.load: {type(e).__name__} "
                    f"{str(e).split('. ')[0]}".rstrip())
     else:
         problem = _damage(ckpt, path)
