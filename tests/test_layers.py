@@ -27,6 +27,8 @@ ALLOWED = {
     "analysis": {"model", "data", "utils", "evaluate"},
     "attention_maps": {"model", "data", "utils", "analysis"},
     "plotting": {"analysis"},
+    "exercises": {"model", "analysis", "evaluate", "variants"},  # the notebooks' checkers
+    "solutions": set(),  # their worked answers
     "ablation": {"model", "data", "utils", "train", "flops"},
 }
 

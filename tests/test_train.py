@@ -36,6 +36,7 @@ def test_presets():
     assert (model_cfg.attn_type, model_cfg.mem_len, train_cfg.max_steps, train_cfg.lr) == ("abs", 0, 7, 1e-3)
     base, base_train = preset("paper-base")
     assert (base.n_layer, base.d_model, base.tgt_len, base_train.batch_size, base_train.lr) == (12, 512, 512, 22, 2.5e-4)
+    assert (base_train.eval_tgt_len, base_train.eval_mem_len, base_train.eval_clamp_len) == (80, 2100, 820)
     with pytest.raises(ValueError, match="cpu-tiny"):
         preset("nope")
     with pytest.raises(ValueError, match="unknown setting 'n_layers'"):

@@ -17,7 +17,7 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from .analysis import rel_shift_stages
+from .analysis import rel_shift_stages, segment_band_mask
 
 WIDTH = 10.0  # inches: the width of a notebook cell
 MASKED = "#e0e0e0"  # NaN (masked) cells: light grey
@@ -102,12 +102,15 @@ def sns_heatmap(ax: Axes, m, title: str, xlabel: str = "key position j",
 
 def plot_heatmaps(mats: Mapping[str, object], suptitle: str, xlabel: str = "key position j",
                   ylabel: str = "query position i", cbar_label: Optional[str] = None,
-                  center: bool = False, height: float = 3.5) -> Figure:
-    """One row of heatmaps, one per (title, matrix) item."""
-    fig, axes = plt.subplots(1, len(mats), figsize=(WIDTH, height), squeeze=False)
-    for ax, (title, m) in zip(axes[0], mats.items()):
-        sns_heatmap(ax, m, title, xlabel, ylabel if ax is axes[0, 0] else "", cbar_label=cbar_label,
-                    center=center, xticks=max(4, 8 // len(mats)))
+                  center: bool = False, height: float = 3.5, ncols: Optional[int] = None) -> Figure:
+    """Heatmaps, one per (title, matrix) item, ``ncols`` to a row (all in one row if None);
+    ``height`` is that of one row."""
+    ncols = ncols or len(mats)
+    nrows = -(-len(mats) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(WIDTH, height * nrows), squeeze=False)
+    for ax, (title, m) in zip(axes.flat, mats.items()):
+        sns_heatmap(ax, m, title, xlabel, ylabel if ax in axes[:, 0] else "", cbar_label=cbar_label,
+                    center=center, xticks=max(4, 8 // ncols))
     fig.suptitle(suptitle)
     fig.tight_layout()
     return fig
@@ -120,7 +123,7 @@ TERM_TITLES = {"a": "(a) content", "b": "(b) content-dep. position",
 def plot_score_terms(terms: Mapping[str, object], suptitle: str) -> Figure:
     """The four terms (a)-(d) of one head as four heatmaps (unscaled scores)."""
     mats = {TERM_TITLES.get(k, k): v for k, v in terms.items()}
-    return plot_heatmaps(mats, suptitle, cbar_label="score (unscaled)", center=True)
+    return plot_heatmaps(mats, suptitle, cbar_label="score (unscaled)", center=True, height=4.2, ncols=2)
 
 
 def plot_sinusoids(R, title: str = "Sinusoid encodings $R_k$ (fixed, not learned)") -> Figure:
@@ -141,7 +144,7 @@ def plot_position_bias(bias, layer: int, train_klen: Optional[int] = None) -> Fi
         ax.plot(np.arange(len(row)), row, label=f"head {h}")
     if train_klen is not None:
         ax.axvline(train_klen, color="grey", ls="--", lw=1, label="longest training distance")
-    ax.set_xlabel("distance k = i - j (tokens)")
+    ax.set_xlabel("distance k = i - j (characters)")
     ax.set_ylabel("term (d), unscaled score")
     ax.set_title(f"Layer {layer}: global position bias $v^\\top W_{{k,R}} R_k$ of each head")
     ax.legend(fontsize=8, ncol=2)
@@ -275,7 +278,7 @@ def plot_bpc_vs_memory(mem_lens: Sequence[int], bpcs: Sequence[float], train_mem
         ax.axvline(list(mem_lens).index(train_mem_len), color="grey", ls="--", lw=1,
                    label=f"training mem_len = {train_mem_len}")
     ax.set_xticks(xs, [str(m) for m in mem_lens])
-    ax.set_xlabel("evaluation memory length M (tokens)")
+    ax.set_xlabel("evaluation memory length M (characters)")
     ax.set_ylabel("bits per character")
     ax.set_title(title)
     ax.legend(fontsize=8)
@@ -354,7 +357,7 @@ def plot_attention_by_distance(profiles: Mapping[str, object], seg_len: Optional
                              squeeze=False)
     for ax, (title, a) in zip(axes[:, 0], mats.items()):
         D = a.shape[1]
-        heatmap(ax, a, title, xlabel="distance i - j to the key (tokens)", ylabel="layer / head",
+        heatmap(ax, a, title, xlabel="distance i - j to the key (characters)", ylabel="layer / head",
                 cmap="magma", cbar_label=f"mean attention ({scale} scale)",
                 norm=_prob_norm(scale, everything if shared_scale else a),
                 extent=(-0.5, D - 0.5, rows - 0.5, -0.5))
@@ -441,15 +444,63 @@ def plot_token_pairs(mats: Mapping[str, object], labels: Sequence[str], suptitle
     """Query token x key token heatmaps, one panel per (title, (V, V) matrix), e.g.
     ``attention_maps.attention_by_token_pair``; NaN rows (rare tokens) grey."""
     n = len(mats)
-    fig, axes = plt.subplots(1, n, figsize=(WIDTH, 3.9), squeeze=False)
-    for k, (ax, (title, m)) in enumerate(zip(axes[0], mats.items())):
+    ncols = min(n, 2)  # two to a row: 27 x 27 cells need the room to show their letters
+    nrows = -(-n // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(WIDTH, 4.6 * nrows), squeeze=False)
+    for k, (ax, (title, m)) in enumerate(zip(axes.flat, mats.items())):
         a = _np(m)
-        heatmap(ax, a, title, xlabel="key character", ylabel="query character" if k == 0 else "",
-                cmap="magma", cbar_label=cbar_label if k == n - 1 else None, vmin=0.0)
+        heatmap(ax, a, title, xlabel="key character", ylabel="query character" if k % ncols == 0 else "",
+                cmap="magma", cbar_label=cbar_label, vmin=0.0)
         ticks = np.arange(len(labels))
-        ax.set_xticks(ticks, list(labels), fontsize=6, family="monospace")
-        ax.set_yticks(ticks, list(labels), fontsize=6, family="monospace")
+        ax.set_xticks(ticks, list(labels), fontsize=8, family="monospace")
+        ax.set_yticks(ticks, list(labels), fontsize=8, family="monospace")
         ax.tick_params(length=0)
+    for ax in list(axes.flat)[n:]:
+        ax.remove()
     fig.suptitle(suptitle)
+    fig.tight_layout()
+    return fig
+
+
+def plot_recurrence(seg_len: int, mem_len: int, n_layer: int, n_seg: int = 3) -> Figure:
+    """The paper's Figure 2 drawn from the actual lengths: ``n_seg`` segments of ``seg_len``
+    tokens, ``n_layer`` layers above the input. Each state of the last segment is joined to
+    the states below it that it attends to: grey dashed lines are reads from the memory
+    (fixed, no gradient: SG), blue ones from its own segment. The last output's receptive
+    field, which grows by ``mem_len`` per layer, is filled in."""
+    n = n_seg * seg_len
+    visible = ~segment_band_mask(n, seg_len, mem_len)  # [t, j]: one layer's attention
+    last_seg = range((n_seg - 1) * seg_len, n)
+    reach = torch.zeros(n_layer + 1, n, dtype=torch.bool)
+    reach[n_layer, n - 1] = True
+    for layer in range(n_layer, 0, -1):  # what each layer of the last output's field reads
+        reach[layer - 1] = (visible[reach[layer]]).any(0)
+    fig, ax = plt.subplots(figsize=(WIDTH, 1.1 * (n_layer + 1) + 1))
+    for s in range(n_seg):
+        ax.axvspan(s * seg_len - 0.5, (s + 1) * seg_len - 0.5, color="C0" if s == n_seg - 1 else "grey",
+                   alpha=0.08 if s == n_seg - 1 else 0.04)
+        ax.text((s + 0.5) * seg_len - 0.5, n_layer + 0.45, f"segment {s + 1}", ha="center", fontsize=9)
+    for layer in range(1, n_layer + 1):
+        for t in last_seg:
+            for j in np.flatnonzero(visible[t].numpy()):
+                memory = j < last_seg.start
+                ax.plot([j, t], [layer - 1, layer], lw=0.6, alpha=0.5, ls="--" if memory else "-",
+                        color="grey" if memory else "C0", zorder=1)
+    for layer in range(n_layer + 1):
+        x = np.arange(n)
+        ax.scatter(x, np.full(n, layer), s=30, facecolor=np.where(reach[layer].numpy(), "C3", "white"),
+                   edgecolor="black", lw=0.7, zorder=2)
+    ax.set_yticks(range(n_layer + 1), ["input"] + [f"layer {k}" for k in range(1, n_layer + 1)])
+    ax.set_xticks([])
+    ax.set_xlim(-1, n)
+    ax.set_ylim(-0.5, n_layer + 0.8)
+    ax.plot([], [], color="C0", label="attends within its segment")
+    ax.plot([], [], color="grey", ls="--", label="attends to the memory (SG: no gradient)")
+    ax.scatter([], [], s=30, color="C3", edgecolor="black", label="receptive field of the last output")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=3, fontsize=8, frameon=False)
+    ax.set_title(f"Segment-level recurrence: L = {seg_len}, M = {mem_len}, {n_layer} layers "
+                 f"(the paper's Figure 2)")
+    for side in ("top", "right", "bottom"):
+        ax.spines[side].set_visible(False)
     fig.tight_layout()
     return fig

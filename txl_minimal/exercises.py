@@ -1,0 +1,185 @@
+"""Checkers for the notebooks' exercises: ``check_*(answer)`` says whether an answer is right.
+
+Each takes the function a student wrote in the exercise cell and tries it on several
+settings against the package's own computation. It prints one line and returns True
+(right), False (wrong: the first setting where it differs) or None (not attempted yet:
+the function is missing or still returns None), and raises nothing, so that a notebook
+with untouched exercise cells runs from top to bottom. Worked answers: ``solutions.py``.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable, Optional
+
+import torch
+
+from txl_minimal.analysis import dependency_reach, influence_span, position_bias
+from txl_minimal.evaluate import sliding_window_eval
+from txl_minimal.model import TransformerXL, TXLConfig, attention_mask
+from txl_minimal.variants import ShawAttn
+
+NOT_ATTEMPTED = "not attempted yet: write your answer in the cell above, then run this cell again"
+Case = tuple  # (arguments, the right result, the setting in words[, the part compared: a function])
+
+
+def _same(got, want) -> bool:
+    """Equal values: exactly for integers, tuples and bool tensors, to 1e-5 for float tensors."""
+    if isinstance(want, torch.Tensor):
+        got = torch.as_tensor(got)
+        if got.shape != want.shape or got.dtype != want.dtype:
+            return False
+        return torch.equal(got, want) if not want.is_floating_point() else torch.allclose(got, want, atol=1e-5)
+    return got == want
+
+
+def _visible(seen: torch.Tensor) -> Callable:
+    """The part of a (..., qlen, klen) score that a query may see (the rest is masked anyway)."""
+    return lambda t: torch.as_tensor(t).detach()[..., seen]
+
+
+def _show(x) -> str:
+    return f"\n{x.int() if x.dtype == torch.bool else x}\n" if isinstance(x, torch.Tensor) else repr(x)
+
+
+def _check(name: str, answer: Optional[Callable], cases: Iterable[Case],
+           view: Callable = lambda x: x) -> Optional[bool]:
+    """Run ``answer`` on every case; ``view`` (or a case's own) picks the part of a result compared."""
+    for args, want, where, *own in cases:
+        part = own[0] if own else view
+        try:
+            got = None if answer is None else answer(*args)
+        except Exception as e:  # a student's bug is a wrong answer, not a crash of the checker
+            print(f"{name}: not yet: {where} raised {type(e).__name__}: {e}")
+            return False
+        if got is None:
+            print(NOT_ATTEMPTED)
+            return None
+        try:
+            right = _same(part(got), part(want))
+        except Exception:  # a result of the wrong kind (shape, type) cannot be viewed
+            right = False
+        if not right:
+            print(f"{name}: not yet: {where}: expected {_show(part(want))}, got {_show(got)}")
+            return False
+    print(f"{name}: right")
+    return True
+
+
+# -- 00 · Build Transformer-XL yourself --------------------------------------------------
+
+def check_mask(answer: Optional[Callable]) -> Optional[bool]:
+    """``answer(qlen, mlen, mem_len, same_length)`` -> bool (qlen, mlen + qlen), True = hidden."""
+    settings = [(4, 0, 4, False), (4, 3, 3, False), (3, 5, 5, True), (5, 5, 3, True), (2, 6, 0, True)]
+    return _check("check_mask", answer, [
+        ((q, m, M, s), attention_mask(q, m, s, M), f"qlen={q}, mlen={m}, mem_len={M}, same_length={s}")
+        for q, m, M, s in settings])
+
+
+def check_rel_shift(answer: Optional[Callable]) -> Optional[bool]:
+    """``answer(x)``: x (..., qlen, klen) scores against R_{klen-1} .. R_0 -> scores against
+    R_{mlen+i-j}; only the entries a query may see (j <= mlen + i) are compared."""
+    torch.manual_seed(0)
+    cases = []
+    for qlen, mlen in ((1, 0), (4, 0), (3, 2), (5, 7)):
+        klen = qlen + mlen
+        x = torch.randn(2, qlen, klen)
+        i, j = torch.arange(qlen)[:, None], torch.arange(klen)[None, :]
+        want = x[:, i, (klen - 1 - (mlen + i - j)).clamp(0, klen - 1)]  # column of distance mlen + i - j
+        cases.append(((x.clone(),), want, f"qlen={qlen}, mlen={mlen}", _visible(j <= mlen + i)))
+    return _check("check_rel_shift", answer, cases)
+
+
+def check_reach(answer: Optional[Callable]) -> Optional[bool]:
+    """``answer(n_layer, seg_len, mem_len, i)`` -> how many tokens before it the output at
+    position i of a segment (0-based) can depend on, with enough text before it."""
+    cases = []
+    for n_layer, seg_len, mem_len, i in ((1, 4, 4, 0), (2, 4, 4, 3), (3, 4, 2, 1), (2, 3, 6, 2), (3, 3, 4, 1),
+                                         (4, 8, 0, 5)):
+        n = (n_layer + 3) * max(seg_len, mem_len)
+        n += seg_len - n % seg_len  # whole segments
+        position = n - seg_len + i  # in the last segment
+        want = influence_span(dependency_reach(n, seg_len, mem_len, n_layer)[position], position)
+        cases.append(((n_layer, seg_len, mem_len, i), want, f"n_layer={n_layer}, L={seg_len}, M={mem_len}, i={i}"))
+    return _check("check_reach", answer, cases)
+
+
+# -- 01 · Context fragmentation ----------------------------------------------------------
+
+def _tiny(seed: int = 0, **overrides) -> TransformerXL:
+    torch.manual_seed(seed)
+    cfg = dict(n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32, dropout=0.0, tgt_len=8, mem_len=8)
+    return TransformerXL(TXLConfig(**{**cfg, **overrides})).eval()
+
+
+def check_sliding_cost(answer: Optional[Callable]) -> Optional[bool]:
+    """``answer(n_pred, context)`` -> how many positions the network computes to score
+    ``n_pred`` characters with ``sliding_window_eval(model, text, context)``: counted here
+    by running it on a tiny vanilla model."""
+    model = _tiny(attn_type="abs", mem_len=0)
+    cases = []
+    for n_pred, context in ((10, 4), (50, 8), (5, 8), (33, 32)):
+        fed = []
+        hook = model.word_emb.register_forward_hook(lambda m, args, out: fed.append(args[0].numel()))
+        sliding_window_eval(model, torch.randint(0, 27, (n_pred + 1,)), context, batch_size=7)
+        hook.remove()
+        cases.append(((n_pred, context), sum(fed), f"n_pred={n_pred}, context={context}"))
+    return _check("check_sliding_cost", answer, cases)
+
+
+def check_context_range(answer: Optional[Callable]) -> Optional[bool]:
+    """``answer(seg_len, mem_len)`` -> (fewest, most) keys one attention layer lets a query
+    of a segment see when a full memory precedes it (mem_len 0: the vanilla model)."""
+    cases = []
+    for seg_len, mem_len in ((64, 0), (64, 64), (128, 128), (32, 96)):
+        seen = (~attention_mask(seg_len, mem_len, False, mem_len)).sum(-1)
+        cases.append(((seg_len, mem_len), (int(seen.min()), int(seen.max())), f"L={seg_len}, M={mem_len}"))
+    return _check("check_context_range", answer, cases, view=lambda t: tuple(int(x) for x in t))
+
+
+# -- 02 · Relative attention --------------------------------------------------------------
+
+def check_shaw_score(answer: Optional[Callable]) -> Optional[bool]:
+    """``answer(q, table, klen)``: Shaw et al.'s positional score q_i . a_{min(d, D)} for the
+    distance d = klen - qlen + i - j of every visible (i, j); q (B, H, qlen, d_head), table
+    (D + 1, d_head). Compared with ``variants.ShawAttn.positional_score`` where visible."""
+    torch.manual_seed(1)
+    cases = []
+    for qlen, mlen, max_dist in ((3, 0, 8), (4, 3, 2), (5, 6, 4)):
+        cfg = TXLConfig(n_layer=1, n_head=2, d_model=16, d_head=8, attn_type="shaw", shaw_max_dist=max_dist)
+        att = ShawAttn(cfg)
+        with torch.no_grad():
+            att.r_emb.normal_()
+            q, klen = torch.randn(2, 2, qlen, 8), qlen + mlen
+            want = att.positional_score(q, torch.zeros(klen, 16), None)
+        cases.append(((q, att.r_emb.detach().clone(), klen), want, f"qlen={qlen}, mlen={mlen}, max_dist={max_dist}",
+                      _visible(~attention_mask(qlen, mlen, False, mlen))))
+    return _check("check_shaw_score", answer, cases)
+
+
+def check_position_bias(answer: Optional[Callable]) -> Optional[bool]:
+    """``answer(model, layer, max_dist)`` -> (n_head, max_dist + 1): term (d), v^T W_k,R R_k, of
+    every head at every distance k; compared with ``analysis.position_bias``."""
+    cases = []
+    for seed, layer, max_dist in ((0, 0, 10), (1, 1, 40)):
+        model = _tiny(seed, n_layer=2)
+        with torch.no_grad():
+            model.r_r_bias.normal_()
+            want = position_bias(model, layer, max_dist)
+        cases.append(((model, layer, max_dist), want, f"layer={layer}, max_dist={max_dist}"))
+    return _check("check_position_bias", answer, cases, view=lambda t: torch.as_tensor(t).detach())
+
+
+# -- 03 · Segment-level recurrence --------------------------------------------------------
+
+def check_memory_shape(answer: Optional[Callable]) -> Optional[bool]:
+    """``answer(batch, seg_len, mem_len, d_model, n_segments)`` -> the shape of one layer's
+    memory after reading ``n_segments`` segments from an empty memory (counted by running a
+    tiny model)."""
+    cases = []
+    for batch, seg_len, mem_len, n_seg in ((2, 4, 4, 1), (3, 4, 10, 2), (1, 5, 7, 3), (2, 6, 0, 2)):
+        model, mems = _tiny(tgt_len=seg_len, mem_len=mem_len), None
+        with torch.no_grad():
+            for _ in range(n_seg):
+                mems = model(torch.randint(0, 27, (batch, seg_len)), mems).mems
+        cases.append(((batch, seg_len, mem_len, 16, n_seg), tuple(mems[0].shape),
+                      f"batch={batch}, L={seg_len}, M={mem_len}, d_model=16, after {n_seg} segment(s)"))
+    return _check("check_memory_shape", answer, cases, view=lambda t: tuple(int(x) for x in t))

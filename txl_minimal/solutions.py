@@ -1,0 +1,89 @@
+"""Worked answers to the notebooks' exercises, one function per exercise (``exercises.py``
+checks them; ``tests/test_exercises.py`` runs every one through its checker).
+
+Try the exercise before reading its answer: each is a few lines.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+# -- 00 · Build Transformer-XL yourself --------------------------------------------------
+
+def mask(qlen: int, mlen: int, mem_len: int, same_length: bool) -> torch.Tensor:
+    """True where query i (at key index mlen + i) must not see key j: the future, and with
+    ``same_length`` every key more than ``mem_len`` - 1 back (as if each query had exactly
+    ``mem_len`` keys, itself included)."""
+    i = torch.arange(qlen)[:, None] + mlen  # each query's own key index
+    j = torch.arange(mlen + qlen)[None, :]
+    hidden = j > i
+    if same_length and mem_len > 0:
+        hidden |= j <= i - mem_len
+    return hidden
+
+
+def rel_shift(x: torch.Tensor) -> torch.Tensor:
+    """The rel-shift as an explicit gather: entry (i, j) takes column klen - 1 - (mlen + i - j),
+    the column of distance mlen + i - j (future entries: any column, the mask hides them)."""
+    qlen, klen = x.shape[-2:]
+    mlen = klen - qlen
+    i, j = torch.arange(qlen)[:, None], torch.arange(klen)[None, :]
+    column = (klen - 1 - (mlen + i - j)).clamp(0, klen - 1)
+    return torch.gather(x, -1, column.expand(*x.shape[:-2], qlen, klen))
+
+
+def reach(n_layer: int, seg_len: int, mem_len: int, i: int) -> int:
+    """The top layer sees its segment up to i and the mem_len positions before the segment:
+    i + M back. The earliest state it reaches sits at position q = (-M) mod L of its own
+    segment, and from there each lower layer reaches q + M further. With M = L (q = 0)
+    this is the paper's N x M (+ i)."""
+    if mem_len == 0:
+        return i
+    q = -mem_len % seg_len
+    return i + mem_len + (n_layer - 1) * (q + mem_len)
+
+
+def rel_shift_by_padding(x: torch.Tensor) -> torch.Tensor:
+    """For comparison, the paper's trick (Appendix B): pad, read with the other shape, drop a row."""
+    *lead, qlen, klen = x.shape
+    return F.pad(x, (1, 0)).view(*lead, klen + 1, qlen)[..., 1:, :].reshape(*lead, qlen, klen)
+
+
+# -- 01 · Context fragmentation ----------------------------------------------------------
+
+def sliding_cost(n_pred: int, context: int) -> int:
+    """The first window scores its own positions (min(n_pred, context) computed); every later
+    prediction needs a window of ``context`` positions of its own."""
+    return min(n_pred, context) + max(0, n_pred - context) * context
+
+
+def context_range(seg_len: int, mem_len: int) -> tuple[int, int]:
+    """Query i sees the memory and keys 0..i of its segment: mem_len + 1 up to mem_len + seg_len."""
+    return mem_len + 1, mem_len + seg_len
+
+
+# -- 02 · Relative attention --------------------------------------------------------------
+
+def shaw_score(q: torch.Tensor, table: torch.Tensor, klen: int) -> torch.Tensor:
+    """Score every query against the table row of every distance klen-1 .. 0 (clipped at the
+    table's last row), then rel-shift, as for Transformer-XL's (b) + (d)."""
+    dist = torch.arange(klen - 1, -1, -1).clamp(max=table.size(0) - 1)
+    return rel_shift_by_padding(q @ table[dist].T)
+
+
+def position_bias(model, layer: int, max_dist: int) -> torch.Tensor:
+    """(d) = v^T W_k,R R_k: the layer's W_k,R applied to R_0 .. R_max_dist, dotted with v per head."""
+    cfg = model.cfg
+    R = model.pos_emb(torch.arange(max_dist + 1.0))                        # R_0 .. R_max_dist
+    r = model.layers[layer].dec_attn.r_net(R).view(max_dist + 1, cfg.n_head, cfg.d_head)
+    v = model.uv(layer)[1]                                                  # (n_head, d_head)
+    return (r * v).sum(-1).T
+
+
+# -- 03 · Segment-level recurrence --------------------------------------------------------
+
+def memory_shape(batch: int, seg_len: int, mem_len: int, d_model: int, n_segments: int) -> tuple[int, int, int]:
+    """The memory keeps the last mem_len states that entered the layer: after n segments
+    that is all n x seg_len of them until it is full."""
+    return batch, min(mem_len, n_segments * seg_len), d_model
