@@ -1,6 +1,8 @@
 """Every exercise's worked answer passes its checker; wrong and missing answers do not."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -13,7 +15,12 @@ CHECKS = [(exercises.check_mask, solutions.mask), (exercises.check_rel_shift, so
           (exercises.check_context_range, solutions.context_range),
           (exercises.check_shaw_score, solutions.shaw_score),
           (exercises.check_position_bias, solutions.position_bias),
-          (exercises.check_memory_shape, solutions.memory_shape)]
+          (exercises.check_memory_shape, solutions.memory_shape),
+          (exercises.check_lr, solutions.lr), (exercises.check_param_count, solutions.param_count),
+          (exercises.check_mean_distance, solutions.mean_distance), (exercises.check_entropy, solutions.entropy),
+          (exercises.check_paired_gain, solutions.paired_gain),
+          (exercises.check_relative_gain, solutions.relative_gain),
+          (exercises.check_span_mask, solutions.span_mask), (exercises.check_span_memory, solutions.span_memory)]
 
 WRONG = [
     (exercises.check_mask, lambda q, m, M, s: solutions.mask(q, m, M, False)),  # same_length ignored
@@ -35,6 +42,22 @@ WRONG = [
     (exercises.check_position_bias, lambda m, l, d: solutions.position_bias(m, 0, d)),  # always layer 0
     (exercises.check_memory_shape, lambda B, L, M, d, n: (B, M, d)),  # full from the first segment on
     (exercises.check_memory_shape, lambda B, L, M, d, n: (B, n * L, d)),  # never trimmed
+    (exercises.check_lr, lambda s, lr, w, n, m: lr * min(1.0, s / max(1, w))),  # no decay
+    (exercises.check_lr, lambda s, lr, w, n, m: solutions.lr(s, lr, w, n, 0.0)),  # decays to 0, not min_lr
+    (exercises.check_param_count, lambda c: solutions.param_count(c) + c.vocab_size * c.d_model),  # untied
+    (exercises.check_param_count, lambda c: solutions.param_count(c) + 2 * c.n_layer * c.n_head * c.d_head),
+    (exercises.check_mean_distance, lambda a: solutions.mean_distance(a.transpose(-1, -2)[..., :a.size(-2)])),
+    (exercises.check_mean_distance, lambda a: (a * torch.arange(a.size(-1))).sum(-1).mean(-1)),  # key index
+    (exercises.check_entropy, lambda a: -(a * a.clamp_min(1e-30).log()).sum(-1).mean(-1)),  # not normalised
+    (exercises.check_entropy, lambda a: solutions.entropy(a) * 0.5),
+    (exercises.check_paired_gain, lambda a, b: (float((a - b).mean()), float((a - b).std(ddof=1)))),  # not / sqrt n
+    (exercises.check_paired_gain, lambda a, b: (float((b - a).mean()), 0.1)),
+    (exercises.check_relative_gain, lambda L, r: {k: float(v[0].mean() - v[1].mean()) for k, v in L.items()}),
+    (exercises.check_relative_gain, lambda L, r: solutions.relative_gain(L, 1.0)),  # r ignored
+    (exercises.check_span_mask, lambda d, z, R: (d[None] <= z.view(-1, 1, 1)).float()),  # a hard mask
+    (exercises.check_span_mask, lambda d, z, R: solutions.span_mask(d, z, 1)),  # ramp ignored
+    (exercises.check_span_memory, lambda s, R, M: M),  # never trimmed
+    (exercises.check_span_memory, lambda s, R, M: math.ceil(float(s.max()))),  # ramp forgotten
 ]
 
 

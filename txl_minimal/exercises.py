@@ -8,21 +8,33 @@ with untouched exercise cells runs from top to bottom. Worked answers: ``solutio
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Iterable, Optional
 
+import numpy as np
 import torch
 
 from txl_minimal.analysis import dependency_reach, influence_span, position_bias
+from txl_minimal.attention_maps import mean_attention_distance, normalized_entropy
+from txl_minimal.context import paired_gains, relative_gain
 from txl_minimal.evaluate import sliding_window_eval
 from txl_minimal.model import TransformerXL, TXLConfig, attention_mask
-from txl_minimal.variants import ShawAttn
+from txl_minimal.train import TrainConfig, lr_at
+from txl_minimal.variants import ShawAttn, SpanAttn, span_mask
 
 NOT_ATTEMPTED = "not attempted yet: write your answer in the cell above, then run this cell again"
 Case = tuple  # (arguments, the right result, the setting in words[, the part compared: a function])
 
 
 def _same(got, want) -> bool:
-    """Equal values: exactly for integers, tuples and bool tensors, to 1e-5 for float tensors."""
+    """Equal values: exactly for integers, tuples and bool tensors; floats to 1e-6 relative, float
+    tensors to 1e-5; a dict entry by entry."""
+    if isinstance(want, dict):
+        return isinstance(got, dict) and got.keys() == want.keys() and all(_same(got[k], want[k]) for k in want)
+    if isinstance(want, tuple):
+        return isinstance(got, tuple) and len(got) == len(want) and all(_same(g, w) for g, w in zip(got, want))
+    if isinstance(want, float):
+        return math.isclose(float(got), want, rel_tol=1e-6, abs_tol=1e-12)
     if isinstance(want, torch.Tensor):
         got = torch.as_tensor(got)
         if got.shape != want.shape or got.dtype != want.dtype:
@@ -183,3 +195,108 @@ def check_memory_shape(answer: Optional[Callable]) -> Optional[bool]:
         cases.append(((batch, seg_len, mem_len, 16, n_seg), tuple(mems[0].shape),
                       f"batch={batch}, L={seg_len}, M={mem_len}, d_model=16, after {n_seg} segment(s)"))
     return _check("check_memory_shape", answer, cases, view=lambda t: tuple(int(x) for x in t))
+
+
+# -- 04 · Training on text8 ---------------------------------------------------------------
+
+def check_lr(answer: Optional[Callable]) -> Optional[bool]:
+    """``answer(step, lr, warmup_steps, max_steps, min_lr)`` -> the learning rate of update
+    ``step`` (1-based): linear warm-up, then cosine to ``min_lr`` (``train.lr_at``)."""
+    cases = []
+    for step, warm, total in ((1, 100, 1000), (50, 100, 1000), (100, 100, 1000), (550, 100, 1000), (1000, 100, 1000),
+                              (7, 0, 10)):
+        cfg = TrainConfig(lr=1e-3, warmup_steps=warm, max_steps=total, min_lr=1e-5)
+        cases.append(((step, 1e-3, warm, total, 1e-5), lr_at(step, cfg), f"step={step}, warmup={warm}, max_steps={total}"))
+    return _check("check_lr", answer, cases)
+
+
+def check_param_count(answer: Optional[Callable]) -> Optional[bool]:
+    """``answer(cfg)`` -> the number of parameters of ``TransformerXL(cfg)`` (tied softmax, one
+    shared u and v), counted from the sizes alone; compared with ``num_params()``."""
+    cases = []
+    for kw in (dict(), dict(n_layer=2, d_model=64, n_head=2, d_head=32, d_inner=256),
+               dict(n_layer=4, d_model=256, n_head=4, d_head=64, d_inner=1024), dict(attn_type="abs", mem_len=0)):
+        cfg = TXLConfig(**kw)
+        cases.append(((cfg,), TransformerXL(cfg).num_params(), ", ".join(f"{k}={v}" for k, v in kw.items()) or "defaults"))
+    return _check("check_param_count", answer, cases)
+
+
+# -- 05 · Attention over memory -----------------------------------------------------------
+
+def _attention(seed: int, qlen: int, klen: int) -> torch.Tensor:
+    """Random attention (2, 3, qlen, klen) over [memory o segment], zero on the future."""
+    torch.manual_seed(seed)
+    score = torch.randn(2, 3, qlen, klen).masked_fill(attention_mask(qlen, klen - qlen, False, 0), float("-inf"))
+    return score.softmax(-1)
+
+
+def check_mean_distance(answer: Optional[Callable]) -> Optional[bool]:
+    """``answer(attn)``: attn (..., qlen, klen) over [memory o segment] -> (...,) the mean over
+    queries of sum_j p_ij (distance of key j); compared with ``attention_maps.mean_attention_distance``."""
+    cases = [((a,), mean_attention_distance(a), f"qlen={q}, klen={k}")
+             for a, q, k in ((_attention(s, q, k), q, k) for s, q, k in ((0, 4, 4), (1, 3, 8), (2, 6, 16)))]
+    return _check("check_mean_distance", answer, cases)
+
+
+def check_entropy(answer: Optional[Callable]) -> Optional[bool]:
+    """``answer(attn)``: attn (..., qlen, klen) -> (...,) each query's entropy divided by the log of
+    the number of keys it sees, averaged over the queries that see more than one key."""
+    cases = [((a,), normalized_entropy(a), f"qlen={q}, klen={k}")
+             for a, q, k in ((_attention(s, q, k), q, k) for s, q, k in ((3, 4, 4), (4, 3, 8), (5, 6, 16)))]
+    return _check("check_entropy", answer, cases)
+
+
+# -- 06 · How much context is used? -------------------------------------------------------
+
+def _losses(seed: int, n_models: int = 1) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    short = rng.gamma(2.0, 1.0, size=(n_models, 50))
+    return [np.stack([s, s - rng.normal(0.05, 0.3, size=s.size)]) for s in short]  # (2 contexts, 50 targets)
+
+
+def check_paired_gain(answer: Optional[Callable]) -> Optional[bool]:
+    """``answer(short, long)``: per-target losses of the same targets with a short and a longer
+    context -> (mean gain, its standard error) from the paired differences (``context.paired_gains``)."""
+    cases = []
+    for seed in (0, 1, 2):
+        (pair,) = _losses(seed)
+        g, se = paired_gains(pair)
+        cases.append(((pair[0].copy(), pair[1].copy()), (float(g[0]), float(se[0])), f"seed {seed}"))
+    return _check("check_paired_gain", answer, cases, view=lambda t: tuple(float(x) for x in t))
+
+
+def check_relative_gain(answer: Optional[Callable]) -> Optional[bool]:
+    """``answer(losses, r)``: losses[name] (2, n_targets), rows = contexts c and c' -> {name: g(c, c')},
+    the paper's relative gain over the group's shared baseline (``context.relative_gain``)."""
+    cases = []
+    for seed, r in ((0, 1.0), (1, 0.1), (2, 0.5)):
+        group = dict(zip(("a", "b", "c"), _losses(seed, 3)))
+        cases.append(((group, r), relative_gain(group, 0, 1, r=r), f"seed {seed}, r={r}"))
+    return _check("check_relative_gain", answer, cases)
+
+
+# -- 07 · Ablations and adaptive span -----------------------------------------------------
+
+def check_span_mask(answer: Optional[Callable]) -> Optional[bool]:
+    """``answer(dist, z, ramp)``: distances (any shape), spans z (n_head,) -> (n_head, *dist.shape),
+    adaptive span's soft mask m_z(x) = clamp((R + z - x) / R, 0, 1) (``variants.span_mask``)."""
+    cases = []
+    for z, ramp in (([3.0], 2), ([0.0, 5.5, 20.0], 4), ([10.0, 1.0], 32)):
+        dist, z = torch.arange(24.0).view(4, 6), torch.tensor(z)
+        cases.append(((dist, z, ramp), span_mask(dist, z, ramp), f"z={z.tolist()}, R={ramp}"))
+    return _check("check_span_mask", answer, cases)
+
+
+def check_span_memory(answer: Optional[Callable]) -> Optional[bool]:
+    """``answer(spans, ramp, mem_len)`` -> how many memory positions a layer with these spans
+    still needs (the rest no head can reach); compared with ``SpanAttn.trim_memory``."""
+    cases = []
+    for frac, ramp, mem_len in (([0.1, 0.5], 8, 64), ([0.0, 0.02], 4, 32), ([1.0, 0.3], 16, 48)):
+        cfg = TXLConfig(n_head=2, d_head=8, d_model=16, tgt_len=16, mem_len=mem_len, adaptive_span=True, span_ramp=ramp)
+        att = SpanAttn(cfg)
+        with torch.no_grad():
+            att.span_frac.copy_(torch.tensor(frac))
+        spans = att.spans().detach()
+        kept = att.trim_memory(torch.zeros(1, mem_len, 16)).size(1)
+        cases.append(((spans, ramp, mem_len), kept, f"spans={[round(x, 2) for x in spans.tolist()]}, R={ramp}, M={mem_len}"))
+    return _check("check_span_memory", answer, cases)

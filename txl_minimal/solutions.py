@@ -5,6 +5,9 @@ Try the exercise before reading its answer: each is a few lines.
 """
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -87,3 +90,71 @@ def memory_shape(batch: int, seg_len: int, mem_len: int, d_model: int, n_segment
     """The memory keeps the last mem_len states that entered the layer: after n segments
     that is all n x seg_len of them until it is full."""
     return batch, min(mem_len, n_segments * seg_len), d_model
+
+
+# -- 04 · Training on text8 ---------------------------------------------------------------
+
+def lr(step: int, lr: float, warmup_steps: int, max_steps: int, min_lr: float) -> float:
+    """Linear warm-up to lr over warmup_steps, then half a cosine down to min_lr at max_steps."""
+    if step <= warmup_steps:
+        return lr * step / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, max_steps - warmup_steps))
+    return min_lr + (lr - min_lr) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def param_count(cfg) -> int:
+    """Embedding (tied with the softmax) + softmax bias + per layer: W_q, W_k,E, W_v, the output
+    projection, W_k,R (relative only), two LayerNorms and the feed-forward net; + u and v."""
+    hd, d = cfg.n_head * cfg.d_head, cfg.d_model
+    rel = cfg.attn_type == "rel"
+    attention = 3 * d * hd + hd * d + (d * hd if rel else 0) + 2 * d
+    feed_forward = d * cfg.d_inner + cfg.d_inner + cfg.d_inner * d + d + 2 * d
+    return cfg.vocab_size * d + cfg.vocab_size + cfg.n_layer * (attention + feed_forward) + (2 * hd if rel else 0)
+
+
+# -- 05 · Attention over memory -----------------------------------------------------------
+
+def mean_distance(attn: torch.Tensor) -> torch.Tensor:
+    """Key j is (klen - qlen + i) - j back from query i; weight by p_ij, sum over j, average over i."""
+    qlen, klen = attn.shape[-2:]
+    dist = (torch.arange(qlen)[:, None] + klen - qlen - torch.arange(klen)[None, :]).clamp(min=0)
+    return (attn * dist).sum(-1).mean(-1)
+
+
+def entropy(attn: torch.Tensor) -> torch.Tensor:
+    """-sum p log p per query, over log(number of visible keys); query i sees klen - qlen + i + 1."""
+    qlen, klen = attn.shape[-2:]
+    n_seen = torch.arange(qlen) + klen - qlen + 1
+    h = -(attn * attn.clamp_min(1e-30).log()).sum(-1)
+    keep = n_seen > 1
+    return (h[..., keep] / n_seen[keep].log()).mean(-1)
+
+
+# -- 06 · How much context is used? -------------------------------------------------------
+
+def paired_gain(short, long) -> tuple[float, float]:
+    """The gain per target, then its mean and the standard error of that mean."""
+    diff = np.asarray(short, dtype=np.float64) - np.asarray(long, dtype=np.float64)
+    return float(diff.mean()), float(diff.std(ddof=1) / math.sqrt(diff.size))
+
+
+def relative_gain(losses: dict, r: float) -> dict:
+    """Baseline b = the best short-context loss of the group per target; keep the hardest r of
+    targets; count only improvements over b; compare perplexities."""
+    base = np.min([np.asarray(v, dtype=np.float64)[0] for v in losses.values()], axis=0)
+    hard = np.argsort(-base, kind="stable")[:max(1, math.ceil(r * base.size))]
+    ref = math.exp(base[hard].mean())
+    return {name: (ref - math.exp(np.minimum(base[hard], np.asarray(v, dtype=np.float64)[1, hard]).mean())) / ref
+            for name, v in losses.items()}
+
+
+# -- 07 · Ablations and adaptive span -----------------------------------------------------
+
+def span_mask(dist: torch.Tensor, z: torch.Tensor, ramp: int) -> torch.Tensor:
+    """1 up to distance z, 0 beyond z + R, linear in between; one mask per head."""
+    return ((ramp + z.view(-1, *[1] * dist.dim()) - dist) / ramp).clamp(0.0, 1.0)
+
+
+def span_memory(spans: torch.Tensor, ramp: int, mem_len: int) -> int:
+    """No head sees beyond its z + R, so the layer needs ceil(max z + R) positions (at most M)."""
+    return min(mem_len, math.ceil(float(spans.max()) + ramp))
