@@ -354,3 +354,25 @@ def test_plot_token_pairs_labels():
     assert len(image_axes) == 2
     assert [t.get_text() for t in image_axes[1].get_yticklabels()] == ["x", "y", "z"]
     plt.close(fig)
+
+
+def test_query_breakdown_terms_rebuild_the_query_attention(tiny_model):
+    model = tiny_model(tgt_len=4, mem_len=6)
+    text = torch.randint(0, 27, (22,), generator=torch.Generator().manual_seed(5))
+    seg = am.read_with_memory(model, text, tgt_len=4, mem_len=6, same_length=True, n_keep=1, terms=True)[0]
+    d_head = model.cfg.d_head
+    for layer, head, query in ((0, 0, 0), (1, 1, 3), (1, 0, 2)):
+        parts = am.query_breakdown(seg, layer, head, query)
+        seen = ~torch.isnan(parts["a"])
+        assert torch.equal(seen, ~seg.mask[query])  # NaN exactly where this query may not look
+        score = sum(parts[n][seen] for n in "abcd") / d_head ** 0.5
+        torch.testing.assert_close(score.softmax(-1), parts["p"][seen])  # the four terms ARE the attention
+        assert parts["p"][~seen].abs().max() == 0
+        assert parts["distance"][seen].min() == 0 and parts["distance"][seen].max() == 5  # same_length: M keys
+    fig = plotting.plot_query_attention(parts, am.char_labels(seg.key_ids), "t", window=5)
+    assert len(fig.axes[0].patches) == 5 and len(fig.axes[1].lines) >= 4
+    plt.close(fig)
+    with pytest.raises(ValueError, match="terms=True"):
+        am.query_breakdown(am.read_with_memory(model, text, tgt_len=4, mem_len=6, n_keep=1)[0], 0, 0, 0)
+    with pytest.raises(ValueError, match=r"query must be in \[0, 3\]"):
+        am.query_breakdown(seg, 0, 0, 4)

@@ -21,6 +21,7 @@ These helpers extract the same quantities from any trained ``TransformerXL``
   profile_entropy, log_correlation   compare by-distance profiles (flatness, shape)
   best_key_window          the window of keys holding most of some queries' attention
   top_keys, char_labels, context_snippet   text to put next to the numbers
+  query_breakdown          one query's attention over the keys and its terms (a)-(d) (notebook 05's explorer)
 
 Shapes: attention probabilities are ``(..., qlen, klen)`` with klen = mlen + qlen,
 query i sitting at key index mlen + i, so the distance of key j is mlen + i - j
@@ -328,3 +329,18 @@ __all__ = ["SPACE", "SegmentAttention", "read_with_memory", "attention_by_distan
            "attention_mass_beyond", "memory_share", "normalized_entropy", "row_overlap",
            "farthest_heads", "term_attention_by_distance", "profile_entropy", "log_correlation",
            "best_key_window", "char_labels", "context_snippet", "top_keys"]
+
+
+def query_breakdown(seg: SegmentAttention, layer: int, head: int, query: int) -> dict[str, torch.Tensor]:
+    """One query's view of [memory o segment]: "p" its attention (klen,), "a".."d" the unscaled
+    score terms (klen,), NaN where hidden, and "distance" (klen,) how far back each key is.
+    ``seg`` must have been read with ``terms=True``. softmax((a + b + c + d) / sqrt(d_head))
+    over the visible keys is "p" (tests/test_attention_maps.py checks it)."""
+    if seg.terms is None:
+        raise ValueError("query_breakdown needs the score terms: read with read_with_memory(..., terms=True)")
+    if not 0 <= query < seg.qlen:
+        raise ValueError(f"query must be in [0, {seg.qlen - 1}], got {query}")
+    out = {name: t[head, query] for name, t in seg.terms[layer].items()}
+    out["p"] = seg.attn[layer, head, query]
+    out["distance"] = seg.distances()[query]
+    return out

@@ -462,6 +462,32 @@ def plot_token_pairs(mats: Mapping[str, object], labels: Sequence[str], suptitle
     return fig
 
 
+def plot_query_attention(parts: Mapping[str, object], key_labels: Sequence[str], title: str,
+                         window: int = 64) -> Figure:
+    """One query's attention (top) and its score terms (a)-(d) (bottom) over the last ``window``
+    keys it may see, characters on the axis; ``parts``: ``attention_maps.query_breakdown``."""
+    p, dist = _np(parts["p"]), _np(parts["distance"])
+    keys = np.flatnonzero(~np.isnan(_np(parts["a"])))[-window:]  # visible keys, nearest last
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(WIDTH, 5.2), sharex=True)
+    ax.bar(np.arange(len(keys)), p[keys], color="C0")
+    ax.set_ylabel("attention probability")
+    for name, color in zip("abcd", ("C0", "C1", "C2", "C3")):
+        if name in parts:
+            bx.plot(np.arange(len(keys)), _np(parts[name])[keys], "o-", ms=3, lw=1, color=color,
+                    label=TERM_TITLES[name])
+    bx.axhline(0, color="black", lw=0.6)
+    bx.set_ylabel("score term (unscaled)")
+    bx.set_xticks(np.arange(len(keys)), [f"{key_labels[k]}\n{int(dist[k])}" for k in keys], fontsize=6,
+                  family="monospace")
+    bx.set_xlabel("key: character and distance back (characters)")
+    bx.legend(fontsize=8, ncol=4, loc="upper left")
+    for a in (ax, bx):
+        a.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
 def plot_recurrence(seg_len: int, mem_len: int, n_layer: int, n_seg: int = 3) -> Figure:
     """The paper's Figure 2 drawn from the actual lengths: ``n_seg`` segments of ``seg_len``
     tokens, ``n_layer`` layers above the input. Each state of the last segment is joined to
