@@ -1,11 +1,12 @@
 """Train the encoding x recurrence ablation and the adaptive-span pair; write results.json.
 
-    python scripts/ablation.py                               # the shipped numbers (~50 min, 2 cores)
+    python scripts/ablation.py                                 # the shipped numbers (~20 min, 2 cores)
     python scripts/ablation.py --steps 3 --tiny --out /tmp/abl  # smoke test (seconds)
 
-Every variant: same size, data (text8-mini), steps and seed; see txl_minimal/ablation.py
-for what is trained and what "longer context" means per variant. Writes OUT/NAME/log.csv
-per run and OUT/results.json (the weights are deleted unless --keep-ckpt); OUT defaults
+Every variant: same size, data (text8-mini) and steps, trained once per seed (--seeds,
+3 by default: seeds 0, 1, 2); see txl_minimal/ablation.py for what is trained and what
+"longer context" means per variant. Writes OUT/NAME/log.csv (seed 0), OUT/NAME/seedK/log.csv
+(seed K) and OUT/results.json (the weights are deleted unless --keep-ckpt); OUT defaults
 to results/ablation/, the shipped results that notebook 07 reads.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import json
 import math
 import platform
+import statistics
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -45,11 +47,12 @@ def _round(x: float, nd: int = 4) -> float:
 
 def run_variant(variant: Variant, steps: int, out_dir: Path, corpus: Corpus, tiny: bool = False,
                 eval_tokens: Optional[int] = None, eval_batch_size: int = TEST_BATCH, keep_ckpt: bool = False,
-                progress: bool = False) -> dict:
-    """Train one variant into ``out_dir``/name (log.csv), score it, return its results."""
+                progress: bool = False, seed: int = 0) -> dict:
+    """Train one variant with one seed into ``out_dir``/name (seed 0) or name/seedK (log.csv),
+    score it, return its results."""
     model_cfg = model_config(variant, tiny)
-    run_dir = Path(out_dir) / variant.name
-    train_cfg = train_config(steps, run_dir, tiny)
+    run_dir = Path(out_dir) / variant.name / (f"seed{seed}" if seed else "")
+    train_cfg = train_config(steps, run_dir, tiny, seed=seed)
     t0 = time.perf_counter()
     res = train(model_cfg, train_cfg, corpus=corpus, progress=progress, overwrite=True)  # re-runs replace
     train_s = time.perf_counter() - t0
@@ -74,7 +77,7 @@ def run_variant(variant: Variant, steps: int, out_dir: Path, corpus: Corpus, tin
         attn_flops_per_token=dict(train_ctx=flops_report(model_cfg, ctx["train"], spans),
                                   long_ctx=flops_report(model_cfg, ctx["long"], spans)),
         train_wall_s=round(train_s, 1), eval_wall_s=round(eval_s, 1),
-        log=f"{variant.name}/log.csv", model_config=model_cfg.to_dict(),
+        log=str(run_dir.relative_to(out_dir) / "log.csv"), model_config=model_cfg.to_dict(),
         train_config={k: v for k, v in asdict(train_cfg).items() if k not in ("out", "device")},
     )
     if spans is not None:
@@ -86,11 +89,27 @@ def run_variant(variant: Variant, steps: int, out_dir: Path, corpus: Corpus, tin
     return result
 
 
+def merge_seeds(per_seed: list[dict]) -> dict:
+    """One run's results over its seeds: seed 0's record, with ``test_bpc`` the mean over seeds,
+    ``test_bpc_sd`` their sample standard deviation and ``test_bpc_seeds`` each seed's."""
+    merged = dict(per_seed[0], seeds=[r["train_config"]["seed"] for r in per_seed],
+                  logs=[r["log"] for r in per_seed],
+                  final_valid_bpc_seeds=[r["final_valid_bpc"] for r in per_seed])
+    merged["test_bpc_seeds"] = {c: [r["test_bpc"][c] for r in per_seed] for c in ("train_ctx", "long_ctx")}
+    merged["test_bpc"] = {c: _round(statistics.fmean(v)) for c, v in merged["test_bpc_seeds"].items()}
+    merged["test_bpc_sd"] = {c: _round(statistics.stdev(v)) if len(v) > 1 else 0.0
+                             for c, v in merged["test_bpc_seeds"].items()}
+    merged["train_wall_s"] = round(sum(r["train_wall_s"] for r in per_seed), 1)
+    merged["eval_wall_s"] = round(sum(r["eval_wall_s"] for r in per_seed), 1)
+    return merged
+
+
 def run_ablation(steps: int = BASE_TRAIN["max_steps"], out: str | Path = RESULTS_DIR, tiny: bool = False,
                  only: Optional[Sequence[str]] = None, eval_tokens: Optional[int] = None,
                  span_loss_coeff: Optional[float] = None, threads: Optional[int] = 2,
-                 keep_ckpt: bool = False, progress: bool = False, verbose: bool = True) -> dict:
-    """Train and score every variant in turn; write ``out``/results.json and return it."""
+                 keep_ckpt: bool = False, progress: bool = False, verbose: bool = True,
+                 seeds: int = 3) -> dict:
+    """Train and score every variant with seeds 0..``seeds``-1; write ``out``/results.json and return it."""
     if threads:
         torch.set_num_threads(threads)
     out = Path(out)
@@ -103,15 +122,18 @@ def run_ablation(steps: int = BASE_TRAIN["max_steps"], out: str | Path = RESULTS
     t0 = time.perf_counter()
     runs = {}
     for v in chosen:
-        runs[v.name] = run_variant(v, steps, out, corpus, tiny=tiny, eval_tokens=eval_tokens,
-                                   keep_ckpt=keep_ckpt, progress=progress)
-        if verbose:
-            r = runs[v.name]
-            print(f"{v.name:18s} test bpc {r['test_bpc']['train_ctx']:.3f} (train ctx) "
-                  f"{r['test_bpc']['long_ctx']:.3f} (long ctx)  train {r['train_wall_s']:.0f} s", flush=True)
+        per_seed = []
+        for seed in range(seeds):
+            per_seed.append(run_variant(v, steps, out, corpus, tiny=tiny, eval_tokens=eval_tokens,
+                                        keep_ckpt=keep_ckpt, progress=progress, seed=seed))
+            if verbose:
+                r = per_seed[-1]
+                print(f"{v.name:18s} seed {seed}  test bpc {r['test_bpc']['train_ctx']:.3f} (train ctx) "
+                      f"{r['test_bpc']['long_ctx']:.3f} (long ctx)  train {r['train_wall_s']:.0f} s", flush=True)
+        runs[v.name] = merge_seeds(per_seed)
     results = dict(
         meta=dict(
-            script="scripts/ablation.py", steps=steps, tiny=tiny, seed=BASE_TRAIN["seed"],
+            script="scripts/ablation.py", steps=steps, tiny=tiny, seeds=list(range(seeds)),
             corpus=corpus.name, split="test", eval_tokens=eval_tokens or len(corpus.test) - 1,
             eval_batch_size=TEST_BATCH, long_factor=LONG_FACTOR,
             long_context=("with memory: the training segment and LONG_FACTOR x the training memory; "
@@ -132,6 +154,7 @@ def main(argv=None) -> None:
     p.add_argument("--only", nargs="*", choices=[v.name for v in variants()], help="train only these variants")
     p.add_argument("--eval-tokens", type=int, help="score only this many test predictions (default: all)")
     p.add_argument("--span-loss-coeff", type=float, help="override the adaptive-span penalty lambda")
+    p.add_argument("--seeds", type=int, default=3, help="train every variant with seeds 0..N-1 (default 3)")
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (numbers depend on it)")
     p.add_argument("--keep-ckpt", action="store_true", help="keep each run's ckpt.pt")
     p.add_argument("--progress", action="store_true", help="show a progress bar per run")
@@ -140,7 +163,7 @@ def main(argv=None) -> None:
     t0 = time.perf_counter()
     results = run_ablation(args.steps, args.out, tiny=args.tiny, only=args.only, eval_tokens=eval_tokens,
                            span_loss_coeff=args.span_loss_coeff, threads=args.threads,
-                           keep_ckpt=args.keep_ckpt, progress=args.progress)
+                           keep_ckpt=args.keep_ckpt, progress=args.progress, seeds=args.seeds)
     print(results_table(results))
     print(f"{len(results['runs'])} runs in {time.perf_counter() - t0:.0f} s -> {args.out}/results.json")
 

@@ -79,6 +79,20 @@ def test_script_smoke_run_writes_well_formed_results(tmp_path, capsys):
     json.dumps(results)  # plain JSON types only
 
 
+def test_every_seed_is_trained_and_the_mean_and_spread_are_theirs(tmp_path):
+    _script().main(["--steps", "2", "--tiny", "--threads", "1", "--out", str(tmp_path), "--only", "abs_far_mem",
+                    "--seeds", "2"])
+    r = load_results(tmp_path / "results.json")["runs"]["abs_far_mem"]
+    assert r["seeds"] == [0, 1] and r["logs"] == ["abs_far_mem/log.csv", "abs_far_mem/seed1/log.csv"]
+    assert all(read_log(tmp_path / log)[-1]["step"] == 2 for log in r["logs"])
+    for ctx in ("train_ctx", "long_ctx"):
+        a, b = r["test_bpc_seeds"][ctx]
+        assert a != b                                        # another seed, another model
+        assert r["test_bpc"][ctx] == pytest.approx((a + b) / 2, abs=1e-4)
+        assert r["test_bpc_sd"][ctx] == pytest.approx(abs(a - b) / 2 ** 0.5, abs=1e-4)
+    assert r["model_config"]["attn_type"] == "abs_far" and r["group"] == "abs_far"
+
+
 def test_shipped_results_are_complete():
     path = RESULTS_DIR / "results.json"
     if not path.exists():
@@ -89,6 +103,8 @@ def test_shipped_results_are_complete():
     for r in results["runs"].values():
         assert (RESULTS_DIR / r["log"]).exists()
         assert r["steps"] == results["meta"]["steps"]
+        assert r["seeds"] == results["meta"]["seeds"] and len(r["seeds"]) >= 3   # >= 3 seeds per run
+        assert all((RESULTS_DIR / log).exists() for log in r["logs"])
     assert not list(RESULTS_DIR.glob("**/*.pt"))  # logs and numbers only
 
 

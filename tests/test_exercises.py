@@ -89,3 +89,10 @@ def test_rel_shift_solution_agrees_with_the_model_on_visible_entries():
     x = torch.randn(3, 2, 5, 9)
     visible = torch.arange(9)[None, :] <= torch.arange(5)[:, None] + 4
     assert torch.equal(solutions.rel_shift(x)[..., visible], rel_shift(x)[..., visible])
+
+
+def test_check_is_silent_when_a_claim_holds_and_names_it_when_not():
+    from txl_minimal.utils import check
+    check(1 < 2, "one is less than two")
+    with pytest.raises(AssertionError, match="does not hold here: memory helps"):
+        check(2.51 > 2.56, "memory helps")

@@ -84,7 +84,7 @@ def test_only_term_a_without_u_v_and_wkr(tiny_model):
 
 
 # 3. causality --------------------------------------------------------------------
-@pytest.mark.parametrize("attn_type", ["rel", "abs", "shaw"])
+@pytest.mark.parametrize("attn_type", ["rel", "abs", "abs_far", "shaw"])
 @pytest.mark.parametrize("same_length", [False, True])
 def test_future_tokens_never_change_the_past(tiny_model, attn_type, same_length):
     model = tiny_model(attn_type=attn_type, same_length=same_length)
@@ -109,6 +109,31 @@ def test_memory_carries_information_across_segments(tiny_model):
     no_mem = tiny_model(mem_len=0)
     a, b = run_segments(no_mem, x, 6), run_segments(no_mem, y, 6)
     torch.testing.assert_close(a[:, 6:], b[:, 6:], rtol=0, atol=0)
+
+
+def test_abs_far_gives_the_memory_its_own_farther_positions(tiny_model):
+    """The authors' attn_type 2, by hand: U counts back from the last key, so the segment gets
+    U_{L-1..0} and layer 0 reads its memory with U_{M+L-1..L} added; the stored memory is what
+    entered each layer (not changed in place, unlike the authors' ``mems_i +=``)."""
+    model = tiny_model(attn_type="abs_far")
+    x = torch.randint(0, 27, (2, 12))
+    first = model(x[:, :6])
+    kept = [m.clone() for m in first.mems]
+    out = model(x[:, 6:], first.mems)
+    U = model.pos_emb(torch.arange(11, -1, -1.0)).double()      # distances 11..0 to the last key
+    h = model.word_emb(x[:, 6:]) * model.emb_scale + U[6:]      # the segment: 5..0
+    mem_in = [kept[0] + U[:6], kept[1]]                          # layer 0's memory: 11..6 on top
+    mask = attention_mask(6, 6, False, 6)
+    hids = []
+    for layer, mem in zip(model.layers, mem_in):
+        hids.append(h)
+        h, _ = layer(h, mem, None, mask, None, None)
+    torch.testing.assert_close(out.logits, model.output_logits(h))
+    for stored, entered in zip(out.mems, hids):
+        torch.testing.assert_close(stored, entered)             # mem_len = tgt_len: this segment's inputs
+    assert all(torch.equal(a, b) for a, b in zip(first.mems, kept))
+    naive = tiny_model(attn_type="abs")                          # same weights, positions 0..5 repeated
+    assert not torch.allclose(naive(x[:, 6:], naive(x[:, :6]).mems).logits, out.logits)
 
 
 # 4. recurrence equals a banded full-sequence computation ---------------------------
@@ -174,7 +199,7 @@ def test_no_gradient_reaches_the_previous_segment(tiny_model):
 
 
 # 6. fast path == explicit path ------------------------------------------------------
-@pytest.mark.parametrize("attn_type", ["rel", "abs", "shaw"])
+@pytest.mark.parametrize("attn_type", ["rel", "abs", "abs_far", "shaw"])
 @pytest.mark.parametrize("with_mem,same_length", [(False, False), (True, False), (True, True)])
 def test_fast_path_equals_explicit_path(tiny_model, attn_type, with_mem, same_length):
     model = tiny_model(attn_type=attn_type, same_length=same_length).float()

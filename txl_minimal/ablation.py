@@ -27,7 +27,7 @@ writes RESULTS_DIR (results/ablation/ at the top of the repository: results.json
 NAME/log.csv per run); this module reads them (``load_results``, ``read_log``,
 ``results_table``).
 
-    python scripts/ablation.py                  # ~50 min on 2 CPU cores
+    python scripts/ablation.py                  # ~20 min on 2 CPU cores (3 seeds)
     python scripts/ablation.py --steps 3 --tiny --out /tmp/abl   # a smoke test
 """
 from __future__ import annotations
@@ -77,13 +77,18 @@ class Variant:
 
 
 def variants(span_loss_coeff: Optional[float] = None) -> list[Variant]:
-    """The 3 encodings x {memory, no memory}, then the adaptive-span pair."""
+    """The 3 encodings x {memory, no memory}, the authors' absolute variant with memory, then the
+    adaptive-span pair."""
     out = []
     for attn, desc in (("rel", "Transformer-XL relative encoding, terms (a)-(d)"),
                        ("shaw", "Shaw et al. (2018): (a) + (b) with a learned table, clipped"),
-                       ("abs", "vanilla: absolute sinusoids added to the input")):
-        out.append(Variant(f"{attn}_mem", f"{attn} + memory", dict(attn_type=attn), notes=desc))
+                       ("abs", "vanilla: absolute sinusoids 0..L-1 added to the input; the memory's repeat them")):
+        label = "abs + memory, same positions" if attn == "abs" else f"{attn} + memory"
+        out.append(Variant(f"{attn}_mem", label, dict(attn_type=attn), notes=desc))
         out.append(Variant(f"{attn}_nomem", f"{attn}, no memory", dict(attn_type=attn, mem_len=0), notes=desc))
+    out.append(Variant("abs_far_mem", "abs + memory, farther positions", dict(attn_type="abs_far"), group="abs_far",
+                       notes="the authors' attn_type 2: positions count back from the last key, so the "
+                             "memory's are farther than the segment's (added to layer 0's memory)"))
     span = dict(SPAN_SETTINGS)
     if span_loss_coeff is not None:
         span["span_loss_coeff"] = span_loss_coeff
@@ -108,9 +113,9 @@ def contexts(cfg: TXLConfig) -> dict[str, dict]:
     return dict(train=train_ctx, long=long_ctx, long_desc=desc)
 
 
-def train_config(steps: int, out: str | Path, tiny: bool = False) -> TrainConfig:
+def train_config(steps: int, out: str | Path, tiny: bool = False, seed: int = BASE_TRAIN["seed"]) -> TrainConfig:
     """BASE_TRAIN for ``steps`` steps (warm-up and evaluation interval shrink for short runs)."""
-    kw = dict(BASE_TRAIN, max_steps=steps, out=str(out), device="cpu",
+    kw = dict(BASE_TRAIN, max_steps=steps, out=str(out), device="cpu", seed=seed,
               warmup_steps=min(BASE_TRAIN["warmup_steps"], max(1, steps // 10)),
               eval_interval=min(BASE_TRAIN["eval_interval"], steps))
     if tiny:

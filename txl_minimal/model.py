@@ -13,8 +13,9 @@ The relative attention score between query i and key j:
            + u^T Wk,E E_xj              (c) global content bias
            + v^T Wk,R R_{i-j}           (d) global positional bias
 
-The vanilla baseline (``attn_type="abs"``) is here too; Shaw et al.'s encoding and
-adaptive span are in ``variants.py``. This file needs only torch (in the package,
+The vanilla baseline (``attn_type="abs"``; ``"abs_far"``: the authors' absolute variant
+whose memory gets farther positions) is here too; Shaw et al.'s encoding and adaptive
+span are in ``variants.py``. This file needs only torch (in the package,
 ``validation.py`` adds clear errors for bad inputs). Names follow the authors' code,
 so their checkpoints load: ``r_w_bias`` is u, ``r_r_bias`` is v.
 Shapes are batch first: tokens (B, T), states (B, T, d_model), scores (B, H, T, klen).
@@ -54,7 +55,7 @@ class TXLConfig:
     same_length: bool = False  # every query sees the same number of keys
     pre_lnorm: bool = False
     tie_weights: bool = True
-    attn_type: str = "rel"  # "rel" (Transformer-XL), "abs" (vanilla), "shaw" (variants.py)
+    attn_type: str = "rel"  # "rel" (Transformer-XL), "abs" (vanilla), "abs_far", "shaw" (variants.py)
     untie_r: bool = False  # one (u, v) pair per layer instead of shared
     shaw_max_dist: int = 64  # "shaw": largest distance with its own learned vector
     adaptive_span: bool = False  # variants.py: learn a span z per head (Sukhbaatar et al., 2019)
@@ -92,19 +93,13 @@ class TXLOutput:
     terms: Optional[list[dict[str, torch.Tensor]]] = None
 
 
-# --------------------------------------------------------------------------
-# 3.2 Segment-level recurrence with state reuse
-# --------------------------------------------------------------------------
+# -- 3.2 Segment-level recurrence with state reuse ---------------------------------------------------
 
 def attention_mask(qlen: int, mlen: int, same_length: bool, mem_len: int,
                    device: torch.device | None = None) -> torch.Tensor:
-    """Bool (qlen, mlen+qlen), True where query i must NOT see key j.
-
-    Query i sits at key index mlen + i: keys after it are the future. With
-    ``same_length`` each query sees the last ``mem_len`` keys including itself
-    (the authors' evaluation setting); with ``mem_len == 0`` it falls back to the
-    plain causal mask (the authors' code masks every key there and returns NaN).
-    """
+    """Bool (qlen, mlen+qlen), True where query i (key index mlen + i) must NOT see key j: the
+    future; with ``same_length`` also keys beyond the last ``mem_len`` (the authors' evaluation
+    setting; with ``mem_len == 0`` their code masks every key and returns NaN, this one does not)."""
     ones = torch.ones(qlen, mlen + qlen, dtype=torch.bool, device=device)
     mask = torch.triu(ones, diagonal=1 + mlen)
     if same_length and mem_len > 0:
@@ -130,14 +125,10 @@ def read_segments(model: TransformerXL, tokens: torch.Tensor, targets: Optional[
                   clamp_len: Optional[int] = None, same_length: Optional[bool] = None,
                   first_len: Optional[int] = None, attn_last: int = 0,
                   terms: bool = False) -> Iterator[tuple[int, TXLOutput]]:
-    """Read ``tokens`` (B, N) segment by segment, carrying the memory: yields
-    ``(start, output)`` for ``tokens[:, start:start + tgt_len]`` (the last may be shorter).
-
-    ``targets`` (B, N) give ``output.nll``; ``first_len`` sets the first segment's length
-    (e.g. so that the last is full); the last ``attn_last`` segments also return their
-    attention (and score terms with ``terms``). The lengths apply while reading, in eval
-    mode (``TransformerXL.lengths``); the model's own come back when the loop ends.
-    """
+    """Read ``tokens`` (B, N) segment by segment, carrying the memory, in eval mode with these
+    lengths: yields ``(start, output)`` for ``tokens[:, start:start + tgt_len]``. ``targets`` give
+    ``output.nll``; ``first_len`` is the first segment's length; the last ``attn_last`` segments
+    also return their attention (and the score terms with ``terms``)."""
     with model.lengths(tgt_len, mem_len, clamp_len, same_length):
         L, n = model.cfg.tgt_len, tokens.size(1)
         starts = [0] + list(range(first_len or L, n, L))
@@ -150,9 +141,7 @@ def read_segments(model: TransformerXL, tokens: torch.Tensor, targets: Optional[
             yield s, out
 
 
-# --------------------------------------------------------------------------
-# 3.3 Relative positional encodings
-# --------------------------------------------------------------------------
+# -- 3.3 Relative positional encodings -------------------------------------------------------------
 
 def sinusoid_table(pos_seq: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
     """R: one row per position, all sines then all cosines (the authors' layout)."""
@@ -174,13 +163,10 @@ class PositionalEmbedding(nn.Module):
 def rel_shift(x: torch.Tensor) -> torch.Tensor:
     """Turn scores against R_{klen-1}..R_0 (columns) into scores against R_{i-j}.
 
-    Row i of ``x`` holds (q_i + v) . W_kR R_r for r = klen-1, ..., 0. The key j
-    needs distance mlen + i - j, i.e. column j + qlen - 1 - i: every row must
-    slide left by (qlen - 1 - i). Padding one zero column, reading the buffer
-    with the other shape and dropping the first row does exactly that in O(1)
-    copies (the paper's Appendix B). Entries above the causal diagonal become
-    garbage; the mask removes them.
-    """
+    Row i holds (q_i + v) . W_kR R_r for r = klen-1..0; key j needs r = mlen + i - j, column
+    j + qlen - 1 - i, so row i slides left by qlen - 1 - i. Padding a zero column, reading the
+    buffer with the other shape and dropping the first row does that (Appendix B); entries
+    above the causal diagonal become garbage that the mask removes."""
     *lead, qlen, klen = x.shape
     padded = F.pad(x, (1, 0))  # (..., qlen, klen + 1)
     padded = padded.view(*lead, klen + 1, qlen)
@@ -188,11 +174,8 @@ def rel_shift(x: torch.Tensor) -> torch.Tensor:
 
 
 class RelMultiHeadAttn(nn.Module):
-    """Multi-head attention over [SG(memory) o segment] with the score A^rel above.
-
-    The vanilla model (``attn_type="abs"``) uses it without the positional score (its
-    positions are in the input). Variants override ``positional_score`` / ``reweight``.
-    """
+    """Multi-head attention over [SG(memory) o segment] with the score A^rel above. The vanilla
+    model uses it without the positional score; variants override ``positional_score``/``reweight``."""
 
     fused = True  # PyTorch's fused kernel computes the same when no probabilities are asked for
 
@@ -212,8 +195,7 @@ class RelMultiHeadAttn(nn.Module):
                 self.r_w_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))  # u
                 self.r_r_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))  # v
 
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, H*D) -> (B, H, T, D)."""
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, H*D) -> (B, H, T, D)
         return x.view(x.size(0), x.size(1), self.n_head, self.d_head).transpose(1, 2)
 
     def project(self, h: torch.Tensor, mem: Optional[torch.Tensor]):
@@ -226,23 +208,20 @@ class RelMultiHeadAttn(nn.Module):
 
     def positional_score(self, q: torch.Tensor, pos: Optional[torch.Tensor],
                          v: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-        """(b) + (d) = (q_i + v)^T W_k,R R_{i-j} for all (i, j), by the rel-shift.
-        pos: R_{klen-1}, ..., R_0 (klen, d_model); None for the vanilla model."""
+        """(b) + (d) = (q_i + v)^T W_k,R R_{i-j} for all (i, j); pos: R_{klen-1..0} or None (vanilla)."""
         if pos is None:
             return None
         r = self.r_net(pos).view(-1, self.n_head, self.d_head).transpose(0, 1)  # W_k,R R: (H, klen, D)
         q_v = q if v is None else q + v[:, None]
         return rel_shift(q_v @ r.transpose(-1, -2))
 
-    def reweight(self, prob: torch.Tensor) -> torch.Tensor:
-        """The paper uses the softmax as it is; adaptive span (variants.py) re-weights here."""
+    def reweight(self, prob: torch.Tensor) -> torch.Tensor:  # adaptive span (variants.py) re-weights here
         return prob
 
     def forward(self, h: torch.Tensor, mem: Optional[torch.Tensor], pos: Optional[torch.Tensor],
                 mask: torch.Tensor, u: Optional[torch.Tensor], v: Optional[torch.Tensor],
                 return_attn: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """h: (B, qlen, d_model) segment; mem: (B, mlen, d_model) or None; pos: R or None;
-        mask: ``attention_mask``. Returns (output (B, qlen, d_model), probabilities or None)."""
+        """h (B, qlen, d_model), mem (B, mlen, d_model) or None -> (output like h, probabilities or None)."""
         B, qlen = h.shape[:2]
         q, k, val = self.project(h, mem)
         q_u = q if u is None else q + u[:, None]  # (q_i + u): (a) and (c) in one product
@@ -262,8 +241,8 @@ class RelMultiHeadAttn(nn.Module):
         return out, prob
 
     def _fused(self, q_u, k, val, pos_score, mask) -> torch.Tensor:
-        """The same attention by ``scaled_dot_product_attention``: (b)+(d) and the mask as a bias.
-        Masked scores get the dtype's lowest finite value: -inf would give NaN in bf16."""
+        """The same by ``scaled_dot_product_attention``, (b)+(d) and the mask as its bias (the lowest
+        finite value: -inf would give NaN in bf16)."""
         if pos_score is None:
             bias = mask.logical_not()  # bool: True = may attend
         else:
@@ -286,12 +265,11 @@ class RelMultiHeadAttn(nn.Module):
 
 
 # Attention classes by name; variants.py adds "shaw" and "span".
-ATTENTION: dict[str, type[RelMultiHeadAttn]] = {"rel": RelMultiHeadAttn, "abs": RelMultiHeadAttn}
+ATTENTION: dict[str, type[RelMultiHeadAttn]] = {"rel": RelMultiHeadAttn, "abs": RelMultiHeadAttn,
+                                                 "abs_far": RelMultiHeadAttn}
 
 
-# --------------------------------------------------------------------------
-# 3.4 The model
-# --------------------------------------------------------------------------
+# -- 3.4 The model ---------------------------------------------------------------------------------
 
 class PositionwiseFF(nn.Module):
     """FF(x) = W2 ReLU(W1 x + b1) + b2, with the residual and LayerNorm."""
@@ -369,8 +347,7 @@ class TransformerXL(nn.Module):
 
     def set_lengths(self, tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
                     clamp_len: Optional[int] = None, same_length: Optional[bool] = None) -> None:
-        """Change lengths in place (no new parameters needed); None keeps one. A bad value
-        raises ``ValueError`` and changes nothing."""
+        """Change lengths in place (None keeps one); a bad value raises ``ValueError``, changing nothing."""
         changes = {k: v for k, v in dict(tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len,
                                          same_length=same_length).items() if v is not None}
         replace(self.cfg, **changes)  # validates a copy first
@@ -380,8 +357,7 @@ class TransformerXL(nn.Module):
     @contextlib.contextmanager
     def lengths(self, tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
                 clamp_len: Optional[int] = None, same_length: Optional[bool] = None):
-        """``with model.lengths(mem_len=512):`` other lengths (None keeps one), in eval mode.
-        On exit, even on error, the lengths and the train/eval mode are restored."""
+        """``with model.lengths(mem_len=512):`` in eval mode; lengths and mode come back on exit."""
         cfg, was_training = self.cfg, self.training
         saved = (cfg.tgt_len, cfg.mem_len, cfg.clamp_len, cfg.same_length)
         self.set_lengths(tgt_len, mem_len, clamp_len, same_length)
@@ -401,20 +377,18 @@ class TransformerXL(nn.Module):
         return (att.r_w_bias, att.r_r_bias) if self.cfg.untie_r else (self.r_w_bias, self.r_r_bias)
 
     def relative_encoding(self, klen: int) -> torch.Tensor:
-        """R_{klen-1}, ..., R_0 (klen, d_model): key j's distance to the last query;
-        distances above clamp_len share R_clamp_len."""
+        """R_{klen-1}, ..., R_0: key j's distance to the last query (above clamp_len: R_clamp_len)."""
         dist = torch.arange(klen - 1, -1, -1.0, device=self.pos_emb.inv_freq.device)
         return self.pos_emb(dist.clamp(max=self.cfg.clamp_len) if self.cfg.clamp_len > 0 else dist)
 
     def output_logits(self, h: torch.Tensor) -> torch.Tensor:
-        """The softmax layer's logits; its weight is the input embedding unless untied."""
+        """The softmax layer's logits (its weight is the input embedding unless untied)."""
         return F.linear(h, self.word_emb.weight if self.out_weight is None else self.out_weight, self.out_bias)
 
     def forward(self, tokens: torch.Tensor, mems: Optional[list[torch.Tensor]] = None,
                 targets: Optional[torch.Tensor] = None, return_attn: bool = False,
                 return_terms: bool = False) -> TXLOutput:
-        """Run one segment: ``tokens`` (B, T) integer ids; ``mems`` the previous segment's
-        ``out.mems`` (or None); ``targets`` (B, T) ids to score. Returns a ``TXLOutput``."""
+        """Run one segment (see the class docstring); returns a ``TXLOutput``."""
         cfg = self.cfg
         if validation is not None:
             validation.check_inputs(self, tokens, mems, targets)
@@ -422,9 +396,14 @@ class TransformerXL(nn.Module):
         B, qlen = tokens.shape
         mlen = 0 if mems is None else mems[0].size(1)
         x = self.word_emb(tokens.long()) * self.emb_scale
-        if cfg.attn_type == "abs":  # vanilla: U_{1:L} added to the input, the same in every
-            x = x + self.pos_emb(torch.arange(qlen, device=x.device))  # segment (Sec. 3.3)
-            pos = None
+        pos, read_mems = None, mems
+        if cfg.attn_type == "abs":  # vanilla: U_0..U_{L-1} added to the input, the same in every segment
+            x = x + self.pos_emb(torch.arange(qlen, device=x.device))  # (so the memory's repeat, Sec. 3.3)
+        elif cfg.attn_type == "abs_far":  # the authors' attn_type 2: U counts back from the last key, and
+            U = self.pos_emb(torch.arange(mlen + qlen - 1, -1, -1.0, device=x.device)).to(x.dtype)
+            x = x + U[mlen:]
+            if mems is not None:  # layer 0 reads its memory with its own, farther positions added
+                read_mems = [mems[0] + U[:mlen]] + mems[1:]
         else:
             pos = self.drop(self.relative_encoding(mlen + qlen).to(x.dtype))  # R, shared by the layers
         h = self.drop(x)
@@ -432,7 +411,7 @@ class TransformerXL(nn.Module):
         hids, attn, terms = [], [], []
         for i, layer in enumerate(self.layers):
             hids.append(h)  # layer i's memory is made of what entered layer i
-            mem, (u, v) = None if mems is None else mems[i], self.uv(i)
+            mem, (u, v) = None if mems is None else read_mems[i], self.uv(i)
             if return_terms:
                 terms.append(layer.dec_attn.score_terms(h, mem, pos, mask, u, v))
             h, prob = layer(h, mem, pos, mask, u, v, return_attn or not self.fast_attn)
@@ -450,14 +429,9 @@ class TransformerXL(nn.Module):
     @torch.no_grad()
     def generate(self, prompt, n_new: int, temperature: float = 1.0, top_k: Optional[int] = None,
                  generator: Optional[torch.Generator] = None) -> torch.Tensor | str:
-        """The prompt followed by ``n_new`` sampled tokens. ``prompt``: integer ids (B, T) or (T,)
-        as a tensor, numpy array (``encode``'s output) or list; or a string of text8's
-        alphabet (space, a-z), which gives a string back. ``temperature == 0`` is greedy.
-
-        Transformer-XL reads each new token once and keeps the past as memory; without
-        memory (``mem_len == 0``, the vanilla model) the last ``tgt_len`` tokens are
-        recomputed at every step.
-        """
+        """The prompt (ids (B, T) or (T,), or a string of space and a-z, which gives a string back)
+        followed by ``n_new`` sampled tokens; ``temperature == 0`` is greedy. With memory each new
+        token is read once; without (the vanilla model) the last ``tgt_len`` are recomputed per step."""
         decode = None
         if validation is not None:  # text -> ids, and clear errors for bad arguments
             prompt, decode = validation.check_generate(prompt, n_new, temperature, top_k)
@@ -485,7 +459,7 @@ class TransformerXL(nn.Module):
 
     # -- the authors' MemTransformerLM checkpoints (attn_type 0, div_val 1, no adaptive softmax)
     def official_state_dict(self) -> dict[str, torch.Tensor]:
-        """Our weights under the names and shapes of the authors' PyTorch code."""
+        """Our weights under the names of the authors' PyTorch code."""
         if self.cfg.attn_type != "rel":
             raise ValueError("only attn_type='rel' has an official counterpart")
         sd = {_OFFICIAL.get(k, k): t.detach().clone() for k, t in self.state_dict().items()}

@@ -16,6 +16,13 @@ import torch
 LN2 = math.log(2.0)  # nats per bit: bpc = loss / LN2
 
 
+def check(condition: bool, claim: str) -> None:
+    """A notebook's claim, checked at the end of the cell that makes it: silent when it holds,
+    an ``AssertionError`` naming the claim when it does not (say, for a reader's own model)."""
+    if not condition:
+        raise AssertionError(f"this claim does not hold here: {claim}")
+
+
 def seed_everything(seed: int = 0, threads: int | None = None) -> None:
     """Seed python, numpy and torch; optionally pin torch's CPU thread count
     (float sums, hence printed numbers, depend on it)."""

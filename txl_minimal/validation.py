@@ -12,7 +12,7 @@ import torch
 
 from txl_minimal.data import decode, encode
 
-ATTN_TYPES = ("rel", "abs", "shaw")  # "shaw" is registered by variants.py
+ATTN_TYPES = ("rel", "abs", "abs_far", "shaw")  # "shaw" is registered by variants.py
 INT_TYPES = (torch.long, torch.int, torch.int16, torch.uint8)
 
 
