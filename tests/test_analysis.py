@@ -158,6 +158,12 @@ def test_segment_band_mask_matches_the_reference_and_the_model(seg_len, mem_len,
     assert mask[start:start + seg_len, start - mlen:start + seg_len].equal(model_mask)
 
 
+def test_band_forward_refuses_the_authors_absolute_variant(tiny_model):
+    model = tiny_model(attn_type="abs_far")
+    with pytest.raises(ValueError, match="no one-pass form.*segmentwise_forward"):
+        analysis.band_forward(model, analysis.token_embeddings(model, torch.randint(0, 27, (1, 12))), 6)
+
+
 @pytest.mark.parametrize("attn_type", ["rel", "abs", "shaw"])
 @pytest.mark.parametrize("overrides", [{}, {"mem_len": 9}, {"mem_len": 0}, {"same_length": True},
                                        {"pre_lnorm": True, "clamp_len": 4}])

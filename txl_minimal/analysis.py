@@ -316,6 +316,9 @@ def band_forward(model: TransformerXL, embeddings: torch.Tensor, seg_len: int,
     ``mem_len`` defaults to ``model.cfg.mem_len``.
     """
     cfg = model.cfg
+    if cfg.attn_type == "abs_far":
+        raise ValueError("band_forward has no one-pass form for attn_type='abs_far': layer 0's memory gets "
+                         "positions that depend on the segment reading it. Use segmentwise_forward.")
     mem_len = cfg.mem_len if mem_len is None else mem_len
     n, x = embeddings.size(1), embeddings
     if cfg.attn_type == "abs":  # every segment restarts at U_0
