@@ -23,9 +23,9 @@ ALLOWED = {
     "evaluate": {"model", "data", "utils", "checkpoint"},
     "train": {"model", "data", "utils", "checkpoint", "evaluate"},
     "pretrained": {"model", "data", "utils", "checkpoint", "evaluate"},
-    "context": {"model", "data", "utils"},
+    "context": {"model", "data", "utils", "evaluate"},
     "analysis": {"model", "data", "utils", "evaluate"},
-    "attention_maps": {"model", "data", "utils", "analysis"},
+    "attention_maps": {"model", "data", "utils", "evaluate", "analysis"},
     "plotting": {"analysis"},
     "exercises": {"model", "analysis", "attention_maps", "context", "evaluate", "train", "variants"},  # the notebooks' checkers
     "solutions": set(),  # their worked answers

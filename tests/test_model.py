@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from txl_minimal.data import decode, encode
-from txl_minimal.model import (TXLConfig, TXLOutput, TransformerXL, attention_mask, read_segments, rel_shift,
-                               sinusoid_table)
+from txl_minimal.evaluate import read_segments
+from txl_minimal.model import TXLConfig, TXLOutput, TransformerXL, attention_mask, rel_shift, sinusoid_table
 from reference import naive_forward, segment_visibility
 
 torch.set_num_threads(1)
@@ -359,47 +359,6 @@ def test_set_lengths_validates_first_and_touches_one_model_only(tiny_config):
     a.set_lengths(mem_len=16)
     assert a.layers[0].dec_attn.cfg.mem_len == 16  # the layers see the change...
     assert b.cfg.mem_len == 8 and cfg.mem_len == 8  # ...another model built from cfg does not
-
-
-# 9. interop with the authors' parameter names ------------------------------------------
-@pytest.mark.parametrize("overrides", [{}, {"untie_r": True}, {"tie_weights": False}])
-def test_official_state_dict_round_trip(tiny_model, overrides):
-    model = tiny_model(**overrides)
-    sd = model.official_state_dict()
-    cfg = model.cfg
-    hd = cfg.n_head * cfg.d_head
-    assert sd["word_emb.emb_layers.0.weight"].shape == (27, cfg.d_model)
-    assert sd["layers.0.dec_attn.qkv_net.weight"].shape == (3 * hd, cfg.d_model)
-    assert sd["layers.1.dec_attn.r_net.weight"].shape == (hd, cfg.d_model)
-    assert sd["layers.1.dec_attn.o_net.weight"].shape == (cfg.d_model, hd)
-    assert sd["layers.0.pos_ff.CoreNet.0.weight"].shape == (cfg.d_inner, cfg.d_model)
-    assert sd["layers.0.pos_ff.CoreNet.3.bias"].shape == (cfg.d_model,)
-    assert "layers.0.pos_ff.layer_norm.weight" in sd and "layers.0.dec_attn.layer_norm.bias" in sd
-    assert sd["crit.out_layers.0.bias"].shape == (27,)
-    assert sd["pos_emb.inv_freq"].shape == (cfg.d_model // 2,)
-    bias_key = "layers.0.dec_attn.r_w_bias" if cfg.untie_r else "r_w_bias"
-    assert sd[bias_key].shape == (cfg.n_head, cfg.d_head)
-    if cfg.tie_weights:
-        assert sd["crit.out_layers.0.weight"].equal(sd["word_emb.emb_layers.0.weight"])
-
-    other = TransformerXL(dataclasses.replace(cfg)).double().eval()
-    other.load_official_state_dict(sd)
-    for (n1, p1), (n2, p2) in zip(model.state_dict().items(), other.state_dict().items()):
-        assert n1 == n2 and p1.equal(p2), n1
-    x = torch.randint(0, 27, (2, 6))
-    assert model(x).logits.equal(other(x).logits)
-
-
-def test_official_state_dict_from_another_config_is_refused(tiny_model):
-    sd = tiny_model().official_state_dict()
-    with pytest.raises((ValueError, RuntimeError)):
-        tiny_model(n_layer=3).load_official_state_dict(sd)
-
-
-def test_untied_official_softmax_is_not_dropped_silently(tiny_model):
-    sd = tiny_model(tie_weights=False).official_state_dict()
-    with pytest.raises(ValueError, match="tie_weights=False"):
-        tiny_model().load_official_state_dict(sd)
 
 
 # adaptive span (Sukhbaatar et al., 2019) ----------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tiny import TINY
-from txl_minimal.model import read_segments
+from txl_minimal.evaluate import read_segments
 from txl_minimal.tasks import (LSTMLM, RecallTask, bucket_labels, load_recall_model, recall_accuracy,
                                recall_correct, recall_stream, round_to_float16, save_recall_model,
                                stream_predictions, train_stream, window_predictions)

@@ -4,27 +4,29 @@
 
 The public API, by module (arrows point down: each imports only those below it):
 
-    model        TXLConfig, TransformerXL, TXLOutput, read_segments   (the paper, Sec. 3)
+    model        TXLConfig, TransformerXL, TXLOutput             (the paper, Sec. 3)
     variants     Shaw et al.'s encoding, adaptive span (registered on import)
     data         load_corpus, Corpus, LMOrderedIterator, encode, decode, as_ids, VOCAB
-    checkpoint   save_checkpoint, load_checkpoint, model_from_checkpoint
-    evaluate     evaluate, sliding_window_eval         (python -m txl_minimal.evaluate)
-    train        TrainConfig, preset, train             (python -m txl_minimal.train)
-    pretrained   load_pretrained                        (python -m txl_minimal.pretrained)
+    checkpoint   save, load, save_checkpoint, load_checkpoint, model_from_checkpoint,
+                 official_state_dict, load_official_state_dict   (the authors' weights)
+    evaluate     read_segments, evaluate, sliding_window_eval    (python -m txl_minimal.evaluate)
+    train        TrainConfig, preset, train                      (python -m txl_minimal.train)
+    pretrained   load_pretrained                                 (python -m txl_minimal.pretrained)
 """
 from importlib import import_module
 
 from . import variants  # noqa: F401  registers attn_type="shaw" and adaptive_span with the model
 from .data import VOCAB, VOCAB_SIZE, Corpus, LMOrderedIterator, as_ids, decode, encode, load_corpus
-from .model import TXLConfig, TXLOutput, TransformerXL, read_segments
+from .model import TXLConfig, TXLOutput, TransformerXL
 
 # Imported on first use, so that `python -m txl_minimal.train` (or .evaluate, .pretrained)
 # runs a module that the package has not imported already.
 _LAZY = {"TrainConfig": "train", "preset": "train", "save": "checkpoint", "load": "checkpoint",
          "save_checkpoint": "checkpoint", "load_checkpoint": "checkpoint", "model_from_checkpoint": "checkpoint",
-         "sliding_window_eval": "evaluate", "load_pretrained": "pretrained"}
+         "official_state_dict": "checkpoint", "load_official_state_dict": "checkpoint",
+         "read_segments": "evaluate", "sliding_window_eval": "evaluate", "load_pretrained": "pretrained"}
 
-__all__ = ["TXLConfig", "TXLOutput", "TransformerXL", "read_segments", "VOCAB", "VOCAB_SIZE", "Corpus",
+__all__ = ["TXLConfig", "TXLOutput", "TransformerXL", "VOCAB", "VOCAB_SIZE", "Corpus",
            "LMOrderedIterator", "as_ids", "decode", "encode", "load_corpus", *_LAZY]
 __version__ = "0.1.0"
 

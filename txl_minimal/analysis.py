@@ -33,8 +33,8 @@ import torch
 import torch.nn.functional as F
 
 from .data import as_ids
-from .evaluate import evaluate as evaluate_segments
-from .model import TransformerXL, read_segments, sinusoid_table
+from .evaluate import evaluate as evaluate_segments, read_segments
+from .model import TransformerXL, sinusoid_table
 
 # ----------------------------------------------------------------------------
 # 3.3 The score, term by term

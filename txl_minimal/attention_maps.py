@@ -38,7 +38,8 @@ import torch
 
 from .analysis import distance_matrix, scores_to_probs
 from .data import as_ids, decode
-from .model import TransformerXL, attention_mask, read_segments
+from .evaluate import read_segments
+from .model import TransformerXL, attention_mask
 
 SPACE = "\u2423"  # "open box", how the tick labels show a space
 

@@ -1,5 +1,6 @@
 """Checkpoints: atomic save with a checksum, safe load with a config check, the model one
-describes, the RNG state that makes a resumed run bit-exact, and where the shipped models live.
+describes, the RNG state that makes a resumed run bit-exact, where the shipped models live,
+and the authors' parameter names (``official_state_dict``, ``load_official_state_dict``).
 
 A training checkpoint (``train.py``) holds ``format``, ``model``, ``optimizer``,
 ``scheduler``, ``scaler``, ``model_config``, ``train_config``, ``step``, ``data``
@@ -124,6 +125,38 @@ def model_from_checkpoint(ckpt: dict, device: str | torch.device = "cpu") -> Tra
     model = TransformerXL(TXLConfig(**ckpt["model_config"])).to(device)
     model.load_state_dict(ckpt["model"])
     return model.eval()
+
+
+# The authors' MemTransformerLM (attn_type 0, div_val 1, no adaptive softmax) names three tensors
+# differently; every other name is the same.
+_OFFICIAL = {"word_emb.weight": "word_emb.emb_layers.0.weight", "out_bias": "crit.out_layers.0.bias",
+             "out_weight": "crit.out_layers.0.weight"}
+
+
+def official_state_dict(model: TransformerXL) -> dict[str, torch.Tensor]:
+    """The model's weights under the names of the authors' PyTorch code."""
+    if model.cfg.attn_type != "rel":
+        raise ValueError("only attn_type='rel' has an official counterpart")
+    sd = {_OFFICIAL.get(k, k): t.detach().clone() for k, t in model.state_dict().items()}
+    if model.cfg.tie_weights:  # the authors store the tied softmax weight twice
+        sd["crit.out_layers.0.weight"] = sd["word_emb.emb_layers.0.weight"].clone()
+    return sd
+
+
+def load_official_state_dict(model: TransformerXL, sd: dict[str, torch.Tensor]) -> None:
+    """Load weights saved by the authors' ``MemTransformerLM`` into ``model``."""
+    if model.cfg.attn_type != "rel":
+        raise ValueError("only attn_type='rel' has an official counterpart")
+    from_official = {v: k for k, v in _OFFICIAL.items()}
+    ours = {from_official.get(k, k): t for k, t in sd.items()}
+    out = ours.pop("out_weight", None) if model.cfg.tie_weights else None
+    if out is not None and not torch.equal(out, ours.get("word_emb.weight", out)):
+        raise ValueError("crit.out_layers.0.weight differs from the input embedding: the checkpoint "
+                         "has an untied softmax. Build the model with TXLConfig(tie_weights=False).")
+    missing, unexpected = model.load_state_dict(ours, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"official state dict does not fit this config: missing {missing}, "
+                         f"unexpected {unexpected}")
 
 
 def checkpoint_file(target: str | Path) -> Path:

@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from txl_minimal.data import as_ids
-from txl_minimal.model import TransformerXL, read_segments
+from txl_minimal.evaluate import read_segments
+from txl_minimal.model import TransformerXL
 from txl_minimal.utils import LN2  # noqa: F401  (notebook 06 imports it from here)
 
 

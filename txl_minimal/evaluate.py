@@ -1,4 +1,5 @@
-"""Bits per character of a model or checkpoint: segments with memory, or the vanilla sliding window.
+"""Bits per character of a model or checkpoint: segments with memory, or the vanilla sliding window;
+and ``read_segments``, the loop that reads a long text segment by segment (Sec. 3.2).
 
     python -m txl_minimal.evaluate runs/cpu-tiny --split test         # a run directory (its ckpt.pt)
     python -m txl_minimal.evaluate txl --mem-len 256 --clamp-len 128 --same-length
@@ -14,7 +15,7 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 import torch.nn.functional as F
@@ -22,8 +23,29 @@ from tqdm import tqdm
 
 from txl_minimal.checkpoint import checkpoint_file, load_checkpoint, model_from_checkpoint, unwrap
 from txl_minimal.data import CorpusError, as_ids, load_corpus
-from txl_minimal.model import TransformerXL, read_segments
+from txl_minimal.model import TransformerXL, TXLOutput
 from txl_minimal.utils import LN2, default_device, int_at_least, terminal_progress
+
+
+def read_segments(model: TransformerXL, tokens: torch.Tensor, targets: Optional[torch.Tensor] = None,
+                  tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
+                  clamp_len: Optional[int] = None, same_length: Optional[bool] = None,
+                  first_len: Optional[int] = None, attn_last: int = 0,
+                  terms: bool = False) -> Iterator[tuple[int, TXLOutput]]:
+    """Read ``tokens`` (B, N) segment by segment, carrying the memory, in eval mode with these
+    lengths: yields ``(start, output)`` for ``tokens[:, start:start + tgt_len]``. ``targets`` give
+    ``output.nll``; ``first_len`` is the first segment's length; the last ``attn_last`` segments
+    also return their attention (and the score terms with ``terms``)."""
+    with model.lengths(tgt_len, mem_len, clamp_len, same_length):
+        L, n = model.cfg.tgt_len, tokens.size(1)
+        starts = [0] + list(range(first_len or L, n, L))
+        mems = None
+        for k, (s, e) in enumerate(zip(starts, starts[1:] + [n])):
+            keep = k >= len(starts) - attn_last
+            out = model(tokens[:, s:e], mems, None if targets is None else targets[:, s:e],
+                        return_attn=keep, return_terms=keep and terms)
+            mems = out.mems
+            yield s, out
 
 
 def _check_positive(caller: str, **values: Optional[int]) -> None:

@@ -2,7 +2,7 @@
 
 Read top to bottom, this file follows Section 3 of the paper:
 
-  3.2  segment-level recurrence      -> attention_mask, update_memory, read_segments
+  3.2  segment-level recurrence      -> attention_mask, update_memory (read_segments: evaluate.py)
   3.3  relative positional encoding  -> sinusoid_table, rel_shift, RelMultiHeadAttn
   3.4  the full model                -> DecoderLayer, TransformerXL (+ generate)
 
@@ -13,11 +13,10 @@ The relative attention score between query i and key j:
            + u^T Wk,E E_xj              (c) global content bias
            + v^T Wk,R R_{i-j}           (d) global positional bias
 
-The vanilla baseline (``attn_type="abs"``; ``"abs_far"``: the authors' absolute variant
-whose memory gets farther positions) is here too; Shaw et al.'s encoding and adaptive
-span are in ``variants.py``. This file needs only torch (in the package,
-``validation.py`` adds clear errors for bad inputs). Names follow the authors' code,
-so their checkpoints load: ``r_w_bias`` is u, ``r_r_bias`` is v.
+Also here: the vanilla baseline, ``attn_type="abs"`` (and ``"abs_far"``, the authors' variant
+that gives the memory farther positions); Shaw et al. and adaptive span are in ``variants.py``.
+Only torch is needed (the package adds ``validation.py``'s clear errors). Names are the authors':
+``r_w_bias`` is u, ``r_r_bias`` is v (``checkpoint.load_official_state_dict`` reads their weights).
 Shapes are batch first: tokens (B, T), states (B, T, d_model), scores (B, H, T, klen).
 """
 from __future__ import annotations
@@ -25,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass, fields, replace
-from typing import Iterator, Optional
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -76,8 +75,7 @@ class TXLOutput:
     """What ``TransformerXL.forward`` returns for a segment of B rows and T tokens.
 
     logits: (B, T, vocab_size) next-token log-probabilities in nats, up to a constant per row.
-    mems:   n_layer tensors (B, <=mem_len, d_model), the hidden states that entered each layer,
-            detached: give them to the next segment.
+    mems:   n_layer tensors (B, <=mem_len, d_model): what entered each layer, detached, for the next segment.
     loss:   scalar mean NLL in nats (+ the adaptive-span penalty) if targets are given; bpc = loss / ln 2.
     nll:    (B, T) NLL of every target, in nats (-ln p).
     attn:   per layer (B, n_head, T, mlen + T) attention probabilities, rows sum to 1 (``return_attn``).
@@ -113,32 +111,8 @@ def update_memory(hids: list[torch.Tensor], mems: Optional[list[torch.Tensor]],
     if mem_len == 0:
         return [h.new_empty(h.size(0), 0, h.size(2)) for h in hids]
     with torch.no_grad():
-        new = []
-        for i, h in enumerate(hids):
-            cat = h if mems is None else torch.cat([mems[i], h], dim=1)
-            new.append(cat[:, -mem_len:].detach())  # SG: no gradient flows into the memory
-    return new
-
-
-def read_segments(model: TransformerXL, tokens: torch.Tensor, targets: Optional[torch.Tensor] = None,
-                  tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
-                  clamp_len: Optional[int] = None, same_length: Optional[bool] = None,
-                  first_len: Optional[int] = None, attn_last: int = 0,
-                  terms: bool = False) -> Iterator[tuple[int, TXLOutput]]:
-    """Read ``tokens`` (B, N) segment by segment, carrying the memory, in eval mode with these
-    lengths: yields ``(start, output)`` for ``tokens[:, start:start + tgt_len]``. ``targets`` give
-    ``output.nll``; ``first_len`` is the first segment's length; the last ``attn_last`` segments
-    also return their attention (and the score terms with ``terms``)."""
-    with model.lengths(tgt_len, mem_len, clamp_len, same_length):
-        L, n = model.cfg.tgt_len, tokens.size(1)
-        starts = [0] + list(range(first_len or L, n, L))
-        mems = None
-        for k, (s, e) in enumerate(zip(starts, starts[1:] + [n])):
-            keep = k >= len(starts) - attn_last
-            out = model(tokens[:, s:e], mems, None if targets is None else targets[:, s:e],
-                        return_attn=keep, return_terms=keep and terms)
-            mems = out.mems
-            yield s, out
+        cats = hids if mems is None else [torch.cat([m, h], dim=1) for m, h in zip(mems, hids)]
+        return [cat[:, -mem_len:].detach() for cat in cats]  # SG: no gradient flows into the memory
 
 
 # -- 3.3 Relative positional encodings -------------------------------------------------------------
@@ -241,8 +215,8 @@ class RelMultiHeadAttn(nn.Module):
         return out, prob
 
     def _fused(self, q_u, k, val, pos_score, mask) -> torch.Tensor:
-        """The same by ``scaled_dot_product_attention``, (b)+(d) and the mask as its bias (the lowest
-        finite value: -inf would give NaN in bf16)."""
+        """The same by ``scaled_dot_product_attention``: (b)+(d) and the mask (lowest finite value,
+        as -inf gives NaN in bf16) are its bias."""
         if pos_score is None:
             bias = mask.logical_not()  # bool: True = may attend
         else:
@@ -265,8 +239,7 @@ class RelMultiHeadAttn(nn.Module):
 
 
 # Attention classes by name; variants.py adds "shaw" and "span".
-ATTENTION: dict[str, type[RelMultiHeadAttn]] = {"rel": RelMultiHeadAttn, "abs": RelMultiHeadAttn,
-                                                 "abs_far": RelMultiHeadAttn}
+ATTENTION = {"rel": RelMultiHeadAttn, "abs": RelMultiHeadAttn, "abs_far": RelMultiHeadAttn}
 
 
 # -- 3.4 The model ---------------------------------------------------------------------------------
@@ -305,10 +278,8 @@ class DecoderLayer(nn.Module):
 
 
 class TransformerXL(nn.Module):
-    """Character/word LM with segment-level recurrence (Dai et al., 2019).
-
-    ``out = model(tokens, mems, targets, return_attn=False, return_terms=False)`` runs one
-    segment and returns a ``TXLOutput`` (logits, mems, loss and nll in nats, attn, terms):
+    """Character/word LM with segment-level recurrence. ``out = model(tokens, mems, targets,
+    return_attn=False, return_terms=False)`` runs one segment and returns a ``TXLOutput``:
       tokens   (B, T) integer ids in [0, vocab_size); text: ``txl_minimal.encode``
       mems     the previous segment's ``out.mems`` (None: empty); pass ``out.mems`` to the next
       targets  (B, T) integer ids to score (None: no loss); return_attn, return_terms: see TXLOutput
@@ -348,24 +319,21 @@ class TransformerXL(nn.Module):
     def set_lengths(self, tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
                     clamp_len: Optional[int] = None, same_length: Optional[bool] = None) -> None:
         """Change lengths in place (None keeps one); a bad value raises ``ValueError``, changing nothing."""
-        changes = {k: v for k, v in dict(tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len,
-                                         same_length=same_length).items() if v is not None}
-        replace(self.cfg, **changes)  # validates a copy first
-        for name, value in changes.items():  # every layer shares self.cfg
-            setattr(self.cfg, name, value)
+        lengths = dict(tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len, same_length=same_length)
+        checked = replace(self.cfg, **{k: v for k, v in lengths.items() if v is not None})  # validates a copy
+        self.cfg.__dict__.update(checked.__dict__)  # in place: every layer shares self.cfg
 
     @contextlib.contextmanager
     def lengths(self, tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
                 clamp_len: Optional[int] = None, same_length: Optional[bool] = None):
         """``with model.lengths(mem_len=512):`` in eval mode; lengths and mode come back on exit."""
-        cfg, was_training = self.cfg, self.training
-        saved = (cfg.tgt_len, cfg.mem_len, cfg.clamp_len, cfg.same_length)
+        saved, was_training = replace(self.cfg), self.training
         self.set_lengths(tgt_len, mem_len, clamp_len, same_length)
         self.eval()
         try:
             yield self
         finally:
-            self.set_lengths(*saved)
+            self.cfg.__dict__.update(saved.__dict__)
             self.train(was_training)
 
     def num_params(self) -> int:
@@ -442,58 +410,21 @@ class TransformerXL(nn.Module):
         squeeze = seq.dim() == 1
         seq = seq[None] if squeeze else seq
         L, recurrent = self.cfg.tgt_len, self.cfg.mem_len > 0
+        unread, mems = (seq if recurrent else seq[:, -L:]), None
         with self.lengths():  # eval mode, restored afterwards
-            if recurrent:  # read the prompt segment by segment
-                for _, out in read_segments(self, seq):
-                    mems, logits = out.mems, out.logits[:, -1]
-            for step in range(n_new):
-                if not recurrent:
-                    logits = self(seq[:, -L:]).logits[:, -1]
-                nxt = _sample(logits, temperature, top_k, generator)
+            for _ in range(n_new):
+                for segment in unread.split(L, dim=1):  # the prompt: segment by segment
+                    out = self(segment, mems)
+                    mems = out.mems  # (empty without memory)
+                logits = out.logits[:, -1].float()
+                if top_k is not None:  # only the k most likely tokens may be drawn
+                    kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                if temperature == 0:  # greedy
+                    nxt = logits.argmax(-1, keepdim=True)
+                else:
+                    nxt = torch.multinomial(F.softmax(logits / temperature, -1), 1, generator=generator)
                 seq = torch.cat([seq, nxt], dim=1)
-                if recurrent and step < n_new - 1:
-                    out = self(nxt, mems)
-                    mems, logits = out.mems, out.logits[:, -1]
+                unread = nxt if recurrent else seq[:, -L:]  # with memory each token is read once
         seq = seq[0] if squeeze else seq
         return seq if decode is None else decode(seq)
-
-    # -- the authors' MemTransformerLM checkpoints (attn_type 0, div_val 1, no adaptive softmax)
-    def official_state_dict(self) -> dict[str, torch.Tensor]:
-        """Our weights under the names of the authors' PyTorch code."""
-        if self.cfg.attn_type != "rel":
-            raise ValueError("only attn_type='rel' has an official counterpart")
-        sd = {_OFFICIAL.get(k, k): t.detach().clone() for k, t in self.state_dict().items()}
-        if self.cfg.tie_weights:  # the authors store the tied softmax weight twice
-            sd["crit.out_layers.0.weight"] = sd["word_emb.emb_layers.0.weight"].clone()
-        return sd
-
-    def load_official_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
-        """Load weights saved by the authors' ``MemTransformerLM``."""
-        if self.cfg.attn_type != "rel":
-            raise ValueError("only attn_type='rel' has an official counterpart")
-        ours = {_FROM_OFFICIAL.get(k, k): t for k, t in sd.items()}
-        out = ours.pop("out_weight", None) if self.cfg.tie_weights else None
-        if out is not None and not torch.equal(out, ours.get("word_emb.weight", out)):
-            raise ValueError("crit.out_layers.0.weight differs from the input embedding: the checkpoint "
-                             "has an untied softmax. Build the model with TXLConfig(tie_weights=False).")
-        missing, unexpected = self.load_state_dict(ours, strict=False)
-        if missing or unexpected:
-            raise ValueError(f"official state dict does not fit this config: missing {missing}, "
-                             f"unexpected {unexpected}")
-
-
-_OFFICIAL = {"word_emb.weight": "word_emb.emb_layers.0.weight", "out_bias": "crit.out_layers.0.bias",
-             "out_weight": "crit.out_layers.0.weight"}
-_FROM_OFFICIAL = {v: k for k, v in _OFFICIAL.items()}
-
-
-def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int],
-            generator: Optional[torch.Generator]) -> torch.Tensor:
-    """Next token (B, 1) from logits (B, V): greedy at temperature 0."""
-    if temperature == 0:
-        return logits.argmax(-1, keepdim=True)
-    logits = logits.float() / temperature
-    if top_k is not None:
-        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    return torch.multinomial(F.softmax(logits, -1), 1, generator=generator)
