@@ -327,13 +327,14 @@ class TransformerXL(nn.Module):
     def lengths(self, tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
                 clamp_len: Optional[int] = None, same_length: Optional[bool] = None):
         """``with model.lengths(mem_len=512):`` in eval mode; lengths and mode come back on exit."""
-        saved, was_training = replace(self.cfg), self.training
+        cfg, was_training = self.cfg, self.training
+        saved = (cfg.tgt_len, cfg.mem_len, cfg.clamp_len, cfg.same_length)  # only these come back
         self.set_lengths(tgt_len, mem_len, clamp_len, same_length)
         self.eval()
         try:
             yield self
         finally:
-            self.cfg.__dict__.update(saved.__dict__)
+            self.set_lengths(*saved)
             self.train(was_training)
 
     def num_params(self) -> int:
