@@ -142,3 +142,15 @@ def test_on_colab_a_failure_stops_with_one_message(colab, fail, missing, what):
     assert ("went wrong" in message) if fail else ("No such file" in message)
     assert "run this cell again" in message.lower()  # what to do
     assert runner.calls == (["git"] if what == "git clone" else ["git", "pip"])  # nothing after it
+
+
+def test_the_set_up_cell_is_collapsed_and_separate_from_the_imports():
+    """The reader's first cell is the imports: the Colab set-up is its own cell, folded away in
+    JupyterLab (source_hidden) and shown as a one-line form on Colab (#@title)."""
+    for nb in NOTEBOOKS:
+        code = [c for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
+        setup, imports = code[0], "".join(code[1]["source"])
+        assert "".join(setup["source"]).startswith("#@title "), nb.name
+        assert setup["metadata"].get("jupyter", {}).get("source_hidden") is True, nb.name
+        assert setup["metadata"].get("cellView") == "form", nb.name
+        assert "google.colab" not in imports and "txl_minimal" in imports, nb.name

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -11,6 +13,7 @@ from txl_minimal.model import rel_shift
 
 CHECKS = [(exercises.check_mask, solutions.mask), (exercises.check_rel_shift, solutions.rel_shift),
           (exercises.check_rel_shift, solutions.rel_shift_by_padding), (exercises.check_reach, solutions.reach),
+          (exercises.check_relative_encoding, solutions.relative_encoding),
           (exercises.check_sliding_cost, solutions.sliding_cost),
           (exercises.check_context_range, solutions.context_range),
           (exercises.check_shaw_score, solutions.shaw_score),
@@ -32,6 +35,9 @@ WRONG = [
     (exercises.check_reach, lambda n, L, M, i: n * M + i),  # right only when M is a multiple of L
     (exercises.check_reach, lambda n, L, M, i: n * L),
     (exercises.check_reach, lambda n, L, M, i: 1 / 0),  # a bug in the answer
+    (exercises.check_relative_encoding, lambda k, c, d: solutions.relative_encoding(k, 0, d)),  # no cap
+    (exercises.check_relative_encoding, lambda k, c, d: solutions.relative_encoding(k, c, d).flip(0)),  # R_0 first
+    (exercises.check_relative_encoding, lambda k, c, d: solutions.relative_encoding(k, max(c - 1, 0), d)),  # off by one
     (exercises.check_sliding_cost, lambda n, c: n * c),  # forgets that the first window scores all its positions
     (exercises.check_sliding_cost, lambda n, c: n),
     (exercises.check_context_range, lambda L, M: (M, M + L)),  # off by one: a query sees itself
@@ -96,3 +102,79 @@ def test_check_is_silent_when_a_claim_holds_and_names_it_when_not():
     check(1 < 2, "one is less than two")
     with pytest.raises(AssertionError, match="does not hold here: memory helps"):
         check(2.51 > 2.56, "memory helps")
+
+
+def _as_float64(x):
+    """A right answer in another float dtype: float tensors in float64, numbers as NumPy's."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().double() if x.is_floating_point() else x
+    if isinstance(x, (tuple, list)):
+        return type(x)(_as_float64(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _as_float64(v) for k, v in x.items()}
+    return np.float64(x) if isinstance(x, (float, int)) and not isinstance(x, bool) else x
+
+
+def _as_numpy(x):
+    """A right answer as NumPy: arrays for tensors, NumPy scalars for numbers, a list for a tuple."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().numpy()
+    if isinstance(x, (tuple, list)):
+        return [_as_numpy(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _as_numpy(v) for k, v in x.items()}
+    return np.asarray(x)[()] if isinstance(x, (float, int)) and not isinstance(x, bool) else x
+
+
+@pytest.mark.parametrize("convert", [_as_float64, _as_numpy])
+@pytest.mark.parametrize("check,answer", CHECKS, ids=lambda f: getattr(f, "__name__", "lambda"))
+def test_right_answers_in_float64_or_numpy_pass(check, answer, convert, capsys):
+    assert check(lambda *args: convert(answer(*args))) is True, capsys.readouterr().out
+
+
+def test_a_rejection_says_what_differs(capsys):
+    # a shape, a dtype and a value: each named in the message
+    assert exercises.check_span_mask(lambda d, z, R: solutions.span_mask(d, z, R)[..., :-1]) is False
+    assert "shape (1, 4, 5), expected (1, 4, 6)" in capsys.readouterr().out
+    assert exercises.check_mask(lambda q, m, M, s: solutions.mask(q, m, M, s).int()) is False
+    assert "dtype torch.int32, expected torch.bool" in capsys.readouterr().out
+    assert exercises.check_span_mask(lambda d, z, R: solutions.span_mask(d, z, R) + (d == 5)) is False
+    out = capsys.readouterr().out
+    assert "1 of 24 values differ; the first at index (0, 0, 5)" in out and "expected" in out
+    assert exercises.check_reach(lambda n, L, M, i: 5.5) is False  # a float count is not truncated to 5
+    assert "5.5 (float), expected" in capsys.readouterr().out
+
+
+def _code_cells(notebook) -> list[str]:
+    import json
+
+    from IPython.core.inputtransformer2 import TransformerManager  # cells may hold %magics
+    cells = json.loads(notebook.read_text())["cells"]
+    return [TransformerManager().transform_cell("".join(c["source"])) for c in cells if c["cell_type"] == "code"]
+
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9]*.ipynb"))
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name[:2])
+def test_no_exercise_stub_shadows_a_name_the_notebook_uses(notebook):
+    """A student fills in an exercise, scrolls back and re-runs a figure: every other cell must
+    still see what it saw before, so an exercise cell defines no name that another cell uses."""
+    import ast
+    cells = _code_cells(notebook)
+    stubs = [c for c in cells if "# your code here" in c]
+    assert stubs, f"{notebook.name} has no exercise"
+    for stub in stubs:
+        body = ast.parse(stub).body
+        defined = {n.name for n in body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        defined |= {t.id for n in body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+        for other in cells:
+            if "# your code here" in other:
+                continue
+            tree = ast.parse(other)
+            used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+            used |= {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+            used |= {a.asname or a.name.split(".")[0] for n in ast.walk(tree)
+                     if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+            assert not defined & used, (f"{notebook.name}: an exercise defines {sorted(defined & used)}, which "
+                                        f"another cell uses: rename the exercise's function (e.g. my_...)")

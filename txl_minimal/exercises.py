@@ -26,30 +26,69 @@ NOT_ATTEMPTED = "not attempted yet: write your answer in the cell above, then ru
 Case = tuple  # (arguments, the right result, the setting in words[, the part compared: a function])
 
 
+def _tensor(x) -> torch.Tensor:
+    """A student's array-like answer as a tensor: a tensor, a NumPy array, a list or a number."""
+    return x.detach() if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))
+
+
 def _same(got, want) -> bool:
-    """Equal values: exactly for integers, tuples and bool tensors; floats to 1e-6 relative, float
-    tensors to 1e-5; a dict entry by entry."""
+    """Equal values, whatever container a right answer comes in: integers exactly (5, 5.0, np.int64(5)
+    or tensor(5)); floats to 1e-6 relative (a Python, NumPy or 0-d torch number); float tensors to
+    1e-5 in any float dtype, as a tensor or a NumPy array; bool tensors exactly and as bool; a tuple
+    as any sequence of the right length; a dict entry by entry."""
     if isinstance(want, dict):
         return isinstance(got, dict) and got.keys() == want.keys() and all(_same(got[k], want[k]) for k in want)
     if isinstance(want, tuple):
-        return isinstance(got, tuple) and len(got) == len(want) and all(_same(g, w) for g, w in zip(got, want))
-    if isinstance(want, float):
-        return math.isclose(float(got), want, rel_tol=1e-6, abs_tol=1e-12)
-    if isinstance(want, torch.Tensor):
-        got = torch.as_tensor(got)
-        if got.shape != want.shape or got.dtype != want.dtype:
+        got = got.tolist() if isinstance(got, (torch.Tensor, np.ndarray)) else got
+        return isinstance(got, (tuple, list)) and len(got) == len(want) and all(_same(g, w) for g, w in zip(got, want))
+    if isinstance(want, (int, float)) and not isinstance(want, bool):
+        got = _tensor(got)
+        if got.numel() != 1 or got.dtype == torch.bool:
             return False
-        return torch.equal(got, want) if not want.is_floating_point() else torch.allclose(got, want, atol=1e-5)
+        return math.isclose(float(got), want, rel_tol=1e-6, abs_tol=1e-12) if isinstance(want, float) \
+            else float(got) == want
+    if isinstance(want, torch.Tensor):
+        got = _tensor(got)
+        if got.shape != want.shape or (got.dtype == torch.bool) != (want.dtype == torch.bool):
+            return False
+        if want.is_floating_point():
+            return got.is_floating_point() and torch.allclose(got.to(want.dtype), want, atol=1e-5)
+        return torch.equal(got.to(want.dtype), want)
     return got == want
+
+
+def _difference(got, want) -> str:
+    """What differs between a wrong answer and the right one, in a few words."""
+    if isinstance(want, torch.Tensor):
+        try:
+            got = _tensor(got)
+        except (TypeError, ValueError, RuntimeError):
+            return f"got a {type(got).__name__}, expected a tensor or an array"
+        if got.shape != want.shape:
+            return f"shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+        if (got.dtype == torch.bool) != (want.dtype == torch.bool) or (want.is_floating_point()
+                                                                         and not got.is_floating_point()):
+            return f"dtype {got.dtype}, expected {want.dtype}"
+        wrong = (got.to(want.dtype) != want) if not want.is_floating_point() else \
+            ~torch.isclose(got.to(want.dtype), want, atol=1e-5)
+        first = tuple(int(k) for k in wrong.nonzero()[0])
+        return (f"{int(wrong.sum())} of {want.numel()} values differ; the first at index {first}: "
+                f"{got[first].item():.6g}, expected {want[first].item():.6g}")
+    if isinstance(want, (tuple, dict)):
+        return f"{got!r}, expected {want!r}"
+    return f"{got!r} ({type(got).__name__}), expected {want!r}"
 
 
 def _visible(seen: torch.Tensor) -> Callable:
     """The part of a (..., qlen, klen) score that a query may see (the rest is masked anyway)."""
-    return lambda t: torch.as_tensor(t).detach()[..., seen]
+    return lambda t: _tensor(t)[..., seen]
 
 
 def _show(x) -> str:
-    return f"\n{x.int() if x.dtype == torch.bool else x}\n" if isinstance(x, torch.Tensor) else repr(x)
+    if isinstance(x, (torch.Tensor, np.ndarray)):
+        t = _tensor(x)
+        return f"{type(x).__name__} of shape {tuple(t.shape)}, {t.dtype}:\n{t.int() if t.dtype == torch.bool else t}\n"
+    return repr(x)
 
 
 def _check(name: str, answer: Optional[Callable], cases: Iterable[Case],
@@ -67,13 +106,20 @@ def _check(name: str, answer: Optional[Callable], cases: Iterable[Case],
             return None
         try:
             right = _same(part(got), part(want))
-        except Exception:  # a result of the wrong kind (shape, type) cannot be viewed
-            right = False
+            why = "" if right else _difference(part(got), part(want))
+        except Exception as e:  # a result of the wrong kind (shape, type) cannot be viewed
+            right, why = False, f"{type(e).__name__}: {e}"
         if not right:
-            print(f"{name}: not yet: {where}: expected {_show(part(want))}, got {_show(got)}")
+            print(f"{name}: not yet: {where}: {why}.\n  expected {_show(part(want))}\n  got {_show(got)}")
             return False
     print(f"{name}: right")
     return True
+
+
+def _tiny(seed: int = 0, **overrides) -> TransformerXL:
+    torch.manual_seed(seed)
+    cfg = dict(n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32, dropout=0.0, tgt_len=8, mem_len=8)
+    return TransformerXL(TXLConfig(**{**cfg, **overrides})).eval()
 
 
 # -- 00 · Build Transformer-XL yourself --------------------------------------------------
@@ -114,13 +160,17 @@ def check_reach(answer: Optional[Callable]) -> Optional[bool]:
     return _check("check_reach", answer, cases)
 
 
+def check_relative_encoding(answer: Optional[Callable]) -> Optional[bool]:
+    """``answer(klen, clamp_len, d_model)`` -> (klen, d_model): R_{klen-1} .. R_0 with every distance
+    above ``clamp_len`` capped at it (0: no cap); compared with ``TransformerXL.relative_encoding``."""
+    cases = []
+    for klen, clamp_len, d in ((5, 0, 8), (6, 3, 8), (10, 4, 16), (3, 10, 4), (7, 1, 6)):
+        model = _tiny(d_model=d, d_head=d // 2, clamp_len=clamp_len)
+        cases.append(((klen, clamp_len, d), model.relative_encoding(klen), f"klen={klen}, clamp_len={clamp_len}, d_model={d}"))
+    return _check("check_relative_encoding", answer, cases)
+
+
 # -- 01 · Context fragmentation ----------------------------------------------------------
-
-def _tiny(seed: int = 0, **overrides) -> TransformerXL:
-    torch.manual_seed(seed)
-    cfg = dict(n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32, dropout=0.0, tgt_len=8, mem_len=8)
-    return TransformerXL(TXLConfig(**{**cfg, **overrides})).eval()
-
 
 def check_sliding_cost(answer: Optional[Callable]) -> Optional[bool]:
     """``answer(n_pred, context)`` -> how many positions the network computes to score
@@ -144,7 +194,7 @@ def check_context_range(answer: Optional[Callable]) -> Optional[bool]:
     for seg_len, mem_len in ((64, 0), (64, 64), (128, 128), (32, 96)):
         seen = (~attention_mask(seg_len, mem_len, False, mem_len)).sum(-1)
         cases.append(((seg_len, mem_len), (int(seen.min()), int(seen.max())), f"L={seg_len}, M={mem_len}"))
-    return _check("check_context_range", answer, cases, view=lambda t: tuple(int(x) for x in t))
+    return _check("check_context_range", answer, cases)
 
 
 # -- 02 · Relative attention --------------------------------------------------------------
@@ -177,7 +227,7 @@ def check_position_bias(answer: Optional[Callable]) -> Optional[bool]:
             model.r_r_bias.normal_()
             want = position_bias(model, layer, max_dist)
         cases.append(((model, layer, max_dist), want, f"layer={layer}, max_dist={max_dist}"))
-    return _check("check_position_bias", answer, cases, view=lambda t: torch.as_tensor(t).detach())
+    return _check("check_position_bias", answer, cases)
 
 
 # -- 03 · Segment-level recurrence --------------------------------------------------------
@@ -194,7 +244,7 @@ def check_memory_shape(answer: Optional[Callable]) -> Optional[bool]:
                 mems = model(torch.randint(0, 27, (batch, seg_len)), mems).mems
         cases.append(((batch, seg_len, mem_len, 16, n_seg), tuple(mems[0].shape),
                       f"batch={batch}, L={seg_len}, M={mem_len}, d_model=16, after {n_seg} segment(s)"))
-    return _check("check_memory_shape", answer, cases, view=lambda t: tuple(int(x) for x in t))
+    return _check("check_memory_shape", answer, cases)
 
 
 # -- 04 · Training on text8 ---------------------------------------------------------------
@@ -262,7 +312,7 @@ def check_paired_gain(answer: Optional[Callable]) -> Optional[bool]:
         (pair,) = _losses(seed)
         g, se = paired_gains(pair)
         cases.append(((pair[0].copy(), pair[1].copy()), (float(g[0]), float(se[0])), f"seed {seed}"))
-    return _check("check_paired_gain", answer, cases, view=lambda t: tuple(float(x) for x in t))
+    return _check("check_paired_gain", answer, cases)
 
 
 def check_relative_gain(answer: Optional[Callable]) -> Optional[bool]:

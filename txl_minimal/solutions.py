@@ -53,6 +53,17 @@ def rel_shift_by_padding(x: torch.Tensor) -> torch.Tensor:
     return F.pad(x, (1, 0)).view(*lead, klen + 1, qlen)[..., 1:, :].reshape(*lead, qlen, klen)
 
 
+def relative_encoding(klen: int, clamp_len: int, d_model: int) -> torch.Tensor:
+    """Distances klen-1 .. 0, capped at clamp_len (if > 0), through the sinusoids of §1
+    (all sines first). With klen = 10, clamp_len = 4 the first six rows are all R_4."""
+    dist = torch.arange(klen - 1, -1, -1.0)
+    if clamp_len > 0:
+        dist = dist.clamp(max=clamp_len)
+    omega = 1.0 / 10000 ** (torch.arange(0, d_model, 2) / d_model)
+    angles = dist[:, None] * omega[None, :]
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
 # -- 01 · Context fragmentation ----------------------------------------------------------
 
 def sliding_cost(n_pred: int, context: int) -> int:
