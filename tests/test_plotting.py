@@ -35,3 +35,35 @@ def test_dependency_map_rows_are_the_depths():
     assert [t.get_text() for t in ax.get_yticklabels()] == ["1", "3"]
     assert ax.collections[0].get_array().mask.sum() == 2  # the two zero-gradient inputs: grey
     plt.close(fig)
+
+
+def test_readability_check_flags_small_and_clipped_text_and_passes_readable_figures():
+    plotting.use_readable_style()
+    fig, ax = plt.subplots(figsize=(plotting.WIDTH, 3))
+    ax.plot([0, 1], [0, 1], label="a line")
+    ax.legend()
+    ax.set_xlabel("x")
+    fig.tight_layout()
+    assert plotting.readability_problems(fig) == []
+    ax.set_title("tiny", fontsize=7)  # 5.6 pt once 1,000 px are shown in 800
+    fig.text(0.99, 0.5, "clipped on the right edge of the figure")
+    problems = plotting.readability_problems(fig)
+    assert any("'tiny'" in p and "5.6 pt when shown" in p for p in problems)
+    assert any("outside the figure" in p for p in problems)
+    with pytest.raises(AssertionError, match="too small or clipped"):
+        plotting.check_readable(fig)
+    plt.close(fig)
+
+
+def test_the_package_figures_are_readable_at_800_px():
+    plotting.use_readable_style()
+    torch.manual_seed(0)
+    p = torch.rand(70).softmax(-1)
+    parts = {"p": p, "distance": torch.arange(69, -1, -1.0), **{k: torch.randn(70) for k in "abcd"}}
+    figs = [plotting.plot_query_attention(parts, list("abcdefghij" * 7), "one query"),
+            plotting.plot_recurrence(4, 4, 3, n_seg=4),
+            plotting.plot_heatmaps({"a": torch.randn(16, 32), "b": torch.randn(16, 32)}, "two", cbar_label="s"),
+            plotting.plot_attention_by_distance({"t": torch.rand(4, 4, 256)}, seg_len=128, train_dist=255)]
+    for fig in figs:
+        assert plotting.readability_problems(fig) == [], fig.texts
+        plt.close(fig)

@@ -21,6 +21,49 @@ from .analysis import rel_shift_stages, segment_band_mask
 
 WIDTH = 10.0  # inches: the width of a notebook cell
 MASKED = "#e0e0e0"  # NaN (masked) cells: light grey
+SHOWN_PX = 800  # GitHub and JupyterLab draw a notebook's figure about this wide
+MIN_PT = 8.0  # the smallest text a reader should meet, after that scaling
+SMALL = 10  # points: the smallest text drawn here (8 pt once a WIDTH-inch figure is shown 800 px wide)
+READABLE = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "xtick.labelsize": 10,
+            "ytick.labelsize": 10, "legend.fontsize": 10, "figure.titlesize": 12, "figure.dpi": 100}
+
+
+def use_readable_style() -> None:
+    """Text sizes for figures of at most ``WIDTH`` inches that stay readable at ``SHOWN_PX``."""
+    plt.rcParams.update(READABLE)
+
+
+def readability_problems(fig: Figure, shown_px: int = SHOWN_PX) -> list[str]:
+    """Every visible text of ``fig`` smaller than ``MIN_PT`` once the figure is drawn ``shown_px``
+    wide, or reaching outside the figure (clipped); [] when there is none."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    width_px = fig.get_figwidth() * fig.dpi
+    scale = min(1.0, shown_px / width_px)
+    box, problems = fig.bbox, []
+    hidden = set()  # tick labels of ticks outside the axis's view: matplotlib does not draw them
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                if not lo - 1e-9 * (hi - lo) <= tick.get_loc() <= hi + 1e-9 * (hi - lo):
+                    hidden |= {id(tick.label1), id(tick.label2)}
+    for t in fig.findobj(lambda a: isinstance(a, plt.Text) and a.get_visible() and a.get_text().strip()):
+        if id(t) in hidden:
+            continue
+        shown = t.get_fontsize() * scale
+        if shown < MIN_PT:
+            problems.append(f"{t.get_text()[:30]!r}: {t.get_fontsize():g} pt, {shown:.1f} pt when shown")
+        e = t.get_window_extent(renderer)
+        if e.x0 < box.x0 - 1 or e.x1 > box.x1 + 1 or e.y0 < box.y0 - 1 or e.y1 > box.y1 + 1:
+            problems.append(f"{t.get_text()[:30]!r}: outside the figure (clipped)")
+    return problems
+
+
+def check_readable(fig: Figure) -> None:
+    """Raise AssertionError naming the texts of ``fig`` that a reader could not read."""
+    problems = readability_problems(fig)
+    assert not problems, "figure text too small or clipped: " + "; ".join(problems[:8])
 
 
 def _np(x) -> np.ndarray:
@@ -49,7 +92,7 @@ def _color_limits(a: np.ndarray, center: bool, kw: dict) -> str | None:
 
 
 def _titles(ax: Axes, title: str, xlabel: str, ylabel: str) -> None:
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=SMALL)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
 
@@ -147,7 +190,7 @@ def plot_position_bias(bias, layer: int, train_klen: Optional[int] = None) -> Fi
     ax.set_xlabel("distance k = i - j (characters)")
     ax.set_ylabel("term (d), unscaled score")
     ax.set_title(f"Layer {layer}: global position bias $v^\\top W_{{k,R}} R_k$ of each head")
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=SMALL, ncol=2)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
@@ -188,15 +231,15 @@ def _draw_codes(ax: Axes, m: np.ndarray, title: str, valid: Optional[np.ndarray]
             ax.add_patch(plt.Rectangle((b, a), 1, 1, facecolor=face, edgecolor="black", lw=0.6,
                                        hatch="//" if bad else None))
             color = "black" if (i is None or bad or r > (klen - 1) / 2) else "white"
-            ax.text(b + 0.5, a + 0.5, text, ha="center", va="center", fontsize=8, color=color)
+            ax.text(b + 0.5, a + 0.5, text, ha="center", va="center", fontsize=SMALL, color=color)
     for a in struck_rows:
         ax.plot([0, cols], [a + 0.5, a + 0.5], color="red", lw=2)
     ax.set_xlim(0, cols)
     ax.set_ylim(rows, 0)
-    ax.set_xticks(np.arange(cols) + 0.5, [str(c) for c in range(cols)], fontsize=8)
-    ax.set_yticks(np.arange(rows) + 0.5, [str(c) for c in range(rows)], fontsize=8)
+    ax.set_xticks(np.arange(cols) + 0.5, [str(c) for c in range(cols)], fontsize=SMALL)
+    ax.set_yticks(np.arange(rows) + 0.5, [str(c) for c in range(rows)], fontsize=SMALL)
     ax.set_aspect("equal")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=SMALL)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
 
@@ -253,10 +296,10 @@ def plot_dependency(influence: Mapping[int, object], position: int, seg_len: int
     ds = np.array(depths)
     ax2.plot(ds, [spans[d] for d in depths], "o", label="measured span", zorder=3)
     ax2.plot(ds, ds * mem_len + p, "-", color="grey", label=f"N·{mem_len} + {p}")
-    ax2.set_title("Dependency length grows as O(N·L)", fontsize=10)
+    ax2.set_title("Dependency length grows as O(N·L)", fontsize=SMALL)
     ax2.set_xlabel("layers N")
     ax2.set_ylabel("span (tokens back)")
-    ax2.legend(fontsize=8)
+    ax2.legend(fontsize=SMALL)
     ax2.grid(alpha=0.3)
     fig.tight_layout()
     return fig
@@ -273,7 +316,7 @@ def plot_bpc_vs_memory(mem_lens: Sequence[int], bpcs: Sequence[float], train_mem
     for k, (label, value) in enumerate((references or {}).items()):
         ax.axhline(value, color=f"C{k + 1}", ls=":", lw=1.2, label=f"{label}: {value:.3f}")
     for x, b in zip(xs, bpcs):
-        ax.annotate(f"{b:.3f}", (x, b), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+        ax.annotate(f"{b:.3f}", (x, b), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=SMALL)
     if train_mem_len in mem_lens:
         ax.axvline(list(mem_lens).index(train_mem_len), color="grey", ls="--", lw=1,
                    label=f"training mem_len = {train_mem_len}")
@@ -281,7 +324,7 @@ def plot_bpc_vs_memory(mem_lens: Sequence[int], bpcs: Sequence[float], train_mem
     ax.set_xlabel("evaluation memory length M (characters)")
     ax.set_ylabel("bits per character")
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=SMALL)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
@@ -302,7 +345,7 @@ def plot_recall_by_gap(curves: Mapping[str, Mapping[str, float]], chance: float,
     ax.axhline(chance, color="grey", ls=":", lw=1.2, label=f"chance = {chance:.3f}")
     for name, x in marks.items():
         ax.axvline(x, color="k", ls="--", lw=0.8)
-        ax.annotate(name, (x, 1.02), ha="center", va="bottom", fontsize=9, annotation_clip=False)
+        ax.annotate(name, (x, 1.02), ha="center", va="bottom", fontsize=SMALL, annotation_clip=False)
     ax.set_xscale("log", base=2)
     ticks = sorted({int(k.split("-")[1]) for acc in curves.values() for k in acc})
     ax.set_xticks(ticks, [str(t) for t in ticks])
@@ -310,7 +353,7 @@ def plot_recall_by_gap(curves: Mapping[str, Mapping[str, float]], chance: float,
     ax.set_xlabel("gap D: tokens from the set S(k, v) to its answer v (upper end of each bucket)")
     ax.set_ylabel("accuracy on the answers")
     ax.set_title(title, pad=18)
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.legend(fontsize=SMALL, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
@@ -362,7 +405,7 @@ def plot_attention_by_distance(profiles: Mapping[str, object], seg_len: Optional
                 norm=_prob_norm(scale, everything if shared_scale else a),
                 extent=(-0.5, D - 0.5, rows - 0.5, -0.5))
         ax.set_yticks(np.arange(rows), [f"L{l} H{h}" for l in range(n_layer) for h in range(n_head)],
-                      fontsize=7)
+                      fontsize=SMALL)
         for b in range(1, n_layer):
             ax.axhline(b * n_head - 0.5, color="white", lw=1)
         if seg_len is not None:
@@ -372,7 +415,7 @@ def plot_attention_by_distance(profiles: Mapping[str, object], seg_len: Optional
             ax.axvline(train_dist + 0.5, color="lime", ls=":", lw=1.5,
                        label=f"d = {train_dist}: longest distance in training")
         if seg_len is not None or train_dist is not None:
-            ax.legend(loc="lower right", fontsize=7, framealpha=0.8)
+            ax.legend(loc="lower right", fontsize=SMALL, framealpha=0.8)
     if suptitle:
         fig.suptitle(suptitle)
     fig.tight_layout()
@@ -406,8 +449,8 @@ def plot_head_attention(attn, key_labels: Sequence[str], mlen: int, title: str,
     heatmap(ax2, z, f"zoom: keys {k0}-{k1 - 1} x queries {q0}-{q1 - 1}", xlabel="key character",
             ylabel="query character", cmap="magma", cbar_label=f"attention ({zoom_scale} scale)",
             norm=_prob_norm(zoom_scale, z), extent=(k0 - 0.5, k1 - 0.5, q1 - 0.5, q0 - 0.5))
-    ax2.set_xticks(np.arange(k0, k1), list(key_labels[k0:k1]), fontsize=8, family="monospace")
-    ax2.set_yticks(np.arange(q0, q1), list(key_labels[mlen + q0:mlen + q1]), fontsize=8, family="monospace")
+    ax2.set_xticks(np.arange(k0, k1), list(key_labels[k0:k1]), fontsize=SMALL, family="monospace")
+    ax2.set_yticks(np.arange(q0, q1), list(key_labels[mlen + q0:mlen + q1]), fontsize=SMALL, family="monospace")
     ax2.tick_params(length=0)
     fig.suptitle(title)
     fig.tight_layout()
@@ -433,7 +476,7 @@ def plot_by_token(values: Mapping[str, object], labels: Sequence[str], ylabel: s
     ax.set_title(title)
     top = max([float(np.nanmax(_np(v))) for v in values.values()] + [ref or 0.0])
     ax.set_ylim(0, 1.3 * top)  # room for the legend above the bars
-    ax.legend(fontsize=8, ncol=n + (ref is not None), loc="upper center")
+    ax.legend(fontsize=SMALL, ncol=n + (ref is not None), loc="upper center")
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     return fig
@@ -452,8 +495,8 @@ def plot_token_pairs(mats: Mapping[str, object], labels: Sequence[str], suptitle
         heatmap(ax, a, title, xlabel="key character", ylabel="query character" if k % ncols == 0 else "",
                 cmap="magma", cbar_label=cbar_label, vmin=0.0)
         ticks = np.arange(len(labels))
-        ax.set_xticks(ticks, list(labels), fontsize=8, family="monospace")
-        ax.set_yticks(ticks, list(labels), fontsize=8, family="monospace")
+        ax.set_xticks(ticks, list(labels), fontsize=SMALL, family="monospace")
+        ax.set_yticks(ticks, list(labels), fontsize=SMALL, family="monospace")
         ax.tick_params(length=0)
     for ax in list(axes.flat)[n:]:
         ax.remove()
@@ -477,14 +520,15 @@ def plot_query_attention(parts: Mapping[str, object], key_labels: Sequence[str],
                     label=TERM_TITLES[name])
     bx.axhline(0, color="black", lw=0.6)
     bx.set_ylabel("score term (unscaled)")
-    bx.set_xticks(np.arange(len(keys)), [f"{key_labels[k]}\n{int(dist[k])}" for k in keys], fontsize=6,
-                  family="monospace")
-    bx.set_xlabel("key: character and distance back (characters)")
-    bx.legend(fontsize=8, ncol=4, loc="upper left")
+    # every key's character; its distance back under every 8th (64 numbers would not fit)
+    bx.set_xticks(np.arange(len(keys)), [f"{key_labels[k]}\n{int(dist[k]) if dist[k] % 8 == 0 else ''}"
+                                         for k in keys], fontsize=SMALL, family="monospace")
+    bx.set_xlabel("key: character, and its distance back (every 8th)")
     for a in (ax, bx):
         a.grid(alpha=0.3)
     fig.suptitle(title)
-    fig.tight_layout()
+    fig.legend(*bx.get_legend_handles_labels(), loc="lower center", ncol=4, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))  # the legend below the axes, clear of both panels
     return fig
 
 
@@ -505,7 +549,7 @@ def plot_recurrence(seg_len: int, mem_len: int, n_layer: int, n_seg: int = 3) ->
     for s in range(n_seg):
         ax.axvspan(s * seg_len - 0.5, (s + 1) * seg_len - 0.5, color="C0" if s == n_seg - 1 else "grey",
                    alpha=0.08 if s == n_seg - 1 else 0.04)
-        ax.text((s + 0.5) * seg_len - 0.5, n_layer + 0.45, f"segment {s + 1}", ha="center", fontsize=9)
+        ax.text((s + 0.5) * seg_len - 0.5, n_layer + 0.45, f"segment {s + 1}", ha="center", fontsize=SMALL)
     for layer in range(1, n_layer + 1):
         for t in last_seg:
             for j in np.flatnonzero(visible[t].numpy()):
@@ -523,7 +567,7 @@ def plot_recurrence(seg_len: int, mem_len: int, n_layer: int, n_seg: int = 3) ->
     ax.plot([], [], color="C0", label="attends within its segment")
     ax.plot([], [], color="grey", ls="--", label="attends to the memory (SG: no gradient)")
     ax.scatter([], [], s=30, color="C3", edgecolor="black", label="receptive field of the last output")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=3, fontsize=8, frameon=False)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=3, fontsize=SMALL, frameon=False)
     ax.set_title(f"Segment-level recurrence: L = {seg_len}, M = {mem_len}, {n_layer} layers "
                  f"(the paper's Figure 2)")
     for side in ("top", "right", "bottom"):
