@@ -64,6 +64,7 @@ WRONG = [
     (exercises.check_span_mask, lambda d, z, R: solutions.span_mask(d, z, 1)),  # ramp ignored
     (exercises.check_span_memory, lambda s, R, M: M),  # never trimmed
     (exercises.check_span_memory, lambda s, R, M: math.ceil(float(s.max()))),  # ramp forgotten
+    (exercises.check_span_memory, lambda s, R, M: min(M, math.ceil(float(s.max()) + R))),  # one too many
 ]
 
 

@@ -339,14 +339,19 @@ def check_span_mask(answer: Optional[Callable]) -> Optional[bool]:
 
 def check_span_memory(answer: Optional[Callable]) -> Optional[bool]:
     """``answer(spans, ramp, mem_len)`` -> how many memory positions a layer with these spans
-    still needs (the rest no head can reach); compared with ``SpanAttn.trim_memory``."""
+    still needs: the farthest one that some head weights. Memory position k back from the
+    segment is k characters from the segment's first query, and a head with span z weights a
+    key at distance x only if x < z + R (``variants.span_mask`` > 0). ``SpanAttn.trim_memory``
+    keeps one position more, which every head weights 0."""
     cases = []
-    for frac, ramp, mem_len in (([0.1, 0.5], 8, 64), ([0.0, 0.02], 4, 32), ([1.0, 0.3], 16, 48)):
+    for frac, ramp, mem_len in (([0.1, 0.5], 8, 64), ([0.0, 0.02], 4, 32), ([1.0, 0.3], 16, 48), ([0.25, 0.0], 8, 32)):
         cfg = TXLConfig(n_head=2, d_head=8, d_model=16, tgt_len=16, mem_len=mem_len, adaptive_span=True, span_ramp=ramp)
         att = SpanAttn(cfg)
         with torch.no_grad():
             att.span_frac.copy_(torch.tensor(frac))
         spans = att.spans().detach()
-        kept = att.trim_memory(torch.zeros(1, mem_len, 16)).size(1)
-        cases.append(((spans, ramp, mem_len), kept, f"spans={[round(x, 2) for x in spans.tolist()]}, R={ramp}, M={mem_len}"))
+        weighted = (span_mask(torch.arange(1.0, mem_len + 1), spans, ramp) > 0).any(0)  # memory position k = 1..M
+        needed = int(weighted.nonzero().max()) + 1 if weighted.any() else 0
+        assert att.trim_memory(torch.zeros(1, mem_len, 16)).size(1) in (needed, needed + 1)
+        cases.append(((spans, ramp, mem_len), needed, f"spans={[round(x, 2) for x in spans.tolist()]}, R={ramp}, M={mem_len}"))
     return _check("check_span_memory", answer, cases)

@@ -167,5 +167,6 @@ def span_mask(dist: torch.Tensor, z: torch.Tensor, ramp: int) -> torch.Tensor:
 
 
 def span_memory(spans: torch.Tensor, ramp: int, mem_len: int) -> int:
-    """No head sees beyond its z + R, so the layer needs ceil(max z + R) positions (at most M)."""
-    return min(mem_len, math.ceil(float(spans.max()) + ramp))
+    """A head weights distance x only if x < z + R, and memory position k is at distance k from
+    the segment's first query: the layer needs ceil(max z + R) - 1 positions (at most M)."""
+    return min(mem_len, math.ceil(float(spans.max()) + ramp) - 1)
