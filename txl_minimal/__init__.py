@@ -16,7 +16,8 @@ The public API, by module (arrows point down: each imports only those below it):
 from importlib import import_module
 
 from . import variants  # noqa: F401  registers attn_type="shaw" and adaptive_span with the model
-from .data import VOCAB, VOCAB_SIZE, Corpus, LMOrderedIterator, as_ids, decode, encode, load_corpus
+from .data import (VOCAB, VOCAB_SIZE, Corpus, LMOrderedIterator, as_ids, decode, encode, generate_text,
+                   load_corpus)
 from .model import TXLConfig, TXLOutput, TransformerXL
 
 # Imported on first use, so that `python -m txl_minimal.train` (or .evaluate, .pretrained)
@@ -27,7 +28,7 @@ _LAZY = {"TrainConfig": "train", "preset": "train", "save": "checkpoint", "load"
          "read_segments": "evaluate", "sliding_window_eval": "evaluate", "load_pretrained": "pretrained"}
 
 __all__ = ["TXLConfig", "TXLOutput", "TransformerXL", "VOCAB", "VOCAB_SIZE", "Corpus",
-           "LMOrderedIterator", "as_ids", "decode", "encode", "load_corpus", *_LAZY]
+           "LMOrderedIterator", "as_ids", "decode", "encode", "generate_text", "load_corpus", *_LAZY]
 __version__ = "0.1.0"
 
 
