@@ -110,3 +110,12 @@ def test_no_library_module_imports_the_tutorial():
 def test_no_module_imports_pretrained():
     importers = [m for m in modules() if "pretrained" in package_imports(m)]
     assert importers == []  # __init__ loads it on first use of load_pretrained (see _LAZY there)
+
+
+def test_readme_layout_maps_every_module():
+    """README.md's Layout lists each library module under txl_minimal/ and each helper under tutorial/."""
+    readme = (PACKAGE.parent / "README.md").read_text()
+    layout = readme[readme.index("## Layout"):].split("\n## ")[0]
+    for module in ALLOWED:
+        indent = "    " if module.startswith("tutorial.") else "  "
+        assert f"\n{indent}{module.split('.')[-1]}.py " in layout, f"README's Layout lacks {module}"

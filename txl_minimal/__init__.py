@@ -1,17 +1,25 @@
 """txl_minimal: a readable, tested Transformer-XL (Dai et al., 2019) for teaching.
 
-    from txl_minimal import TXLConfig, TransformerXL, load_corpus, load_pretrained
+    from txl_minimal import TXLConfig, TransformerXL, load_corpus, load_pretrained, generate_text
 
-The public API, by module (arrows point down: each imports only those below it):
+The public API, by module (each imports only those above it; model.py needs torch alone,
+plus validation.py's clear errors inside the package):
 
-    model        TXLConfig, TransformerXL, TXLOutput             (the paper, Sec. 3)
+    model        TXLConfig, TransformerXL, TXLOutput             (the paper, Sec. 3; token ids in and out)
     variants     Shaw et al.'s encoding, adaptive span (registered on import)
-    data         load_corpus, Corpus, LMOrderedIterator, encode, decode, as_ids, VOCAB
+    data         load_corpus, Corpus, LMOrderedIterator, encode, decode, as_ids, VOCAB,
+                 generate_text(model, "the king ", n_new)        (text in, text out)
     checkpoint   save, load, save_checkpoint, load_checkpoint, model_from_checkpoint,
                  official_state_dict, load_official_state_dict   (the authors' weights)
     evaluate     read_segments, evaluate, sliding_window_eval    (python -m txl_minimal.evaluate)
     train        TrainConfig, preset, train                      (python -m txl_minimal.train)
     pretrained   load_pretrained                                 (python -m txl_minimal.pretrained)
+
+Not the library: ``txl_minimal.tutorial`` holds the notebooks' helpers (analysis, context,
+attention_maps, plotting, ablation, exercises, solutions); it imports the library, never
+the reverse.
+
+    from txl_minimal.tutorial import analysis, plotting
 """
 from importlib import import_module
 
