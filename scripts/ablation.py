@@ -4,7 +4,7 @@
     python scripts/ablation.py --steps 3 --tiny --out /tmp/abl  # smoke test (seconds)
 
 Every variant: same size, data (text8-mini) and steps, trained once per seed (--seeds,
-3 by default: seeds 0, 1, 2); see txl_minimal/ablation.py for what is trained and what
+3 by default: seeds 0, 1, 2); see txl_minimal/tutorial/ablation.py for what is trained and what
 "longer context" means per variant. Writes OUT/NAME/log.csv (seed 0), OUT/NAME/seedK/log.csv
 (seed K) and OUT/results.json (the weights are deleted unless --keep-ckpt); OUT defaults
 to results/ablation/, the shipped results that notebook 07 reads.
@@ -23,13 +23,13 @@ from typing import Optional, Sequence
 
 import torch
 
-from txl_minimal.ablation import (BASE_MODEL, BASE_TRAIN, LONG_FACTOR, RESULTS_DIR, TEST_BATCH, TINY_MODEL,
-                                  Variant, contexts, model_config, model_spans, results_table, train_config,
-                                  variants)
 from txl_minimal.data import Corpus, load_corpus
 from txl_minimal.flops import attention_flops_per_token
 from txl_minimal.model import TXLConfig
 from txl_minimal.train import evaluate, train
+from txl_minimal.tutorial.ablation import (BASE_MODEL, BASE_TRAIN, LONG_FACTOR, RESULTS_DIR, TEST_BATCH,
+                                           TINY_MODEL, Variant, contexts, model_config, model_spans,
+                                           results_table, train_config, variants)
 
 
 def flops_report(cfg: TXLConfig, ctx: dict, spans: Optional[Sequence[Sequence[float]]] = None) -> dict:

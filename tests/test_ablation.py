@@ -1,4 +1,4 @@
-"""Tests of txl_minimal.ablation and scripts/ablation.py (fast: a tiny model, 3 steps).
+"""Tests of txl_minimal.tutorial.ablation and scripts/ablation.py (fast: a tiny model, 3 steps).
 The FLOP counts are tested in test_flops.py."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from txl_minimal.ablation import (RESULTS_DIR, contexts, load_results, model_config, read_log, results_table,
-                                  variants)
 from txl_minimal.model import TransformerXL, TXLConfig
+from txl_minimal.tutorial.ablation import (RESULTS_DIR, contexts, load_results, model_config, read_log,
+                                           results_table, variants)
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]

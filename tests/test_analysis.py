@@ -1,4 +1,4 @@
-"""Unit tests of the notebook helpers in txl_minimal.analysis and txl_minimal.plotting
+"""Unit tests of the notebook helpers in txl_minimal.tutorial.analysis and txl_minimal.tutorial.plotting
 (the score decomposition, rel-shift, recurrence and stop-gradient helpers)."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from txl_minimal import analysis, plotting  # noqa: E402
 from txl_minimal.model import update_memory, TransformerXL, TXLConfig, attention_mask, rel_shift  # noqa: E402
+from txl_minimal.tutorial import analysis, plotting  # noqa: E402
 from reference import naive_forward, segment_visibility  # noqa: E402
 
 torch.set_num_threads(1)

@@ -1,4 +1,4 @@
-"""Tests of the notebook-01 helpers in txl_minimal.analysis (context fragmentation, cost)."""
+"""Tests of the notebook-01 helpers in txl_minimal.tutorial.analysis (context fragmentation, cost)."""
 from __future__ import annotations
 
 import functools
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from txl_minimal import analysis
 from txl_minimal.model import TXLConfig, TransformerXL
 from txl_minimal.evaluate import evaluate
+from txl_minimal.tutorial import analysis
 
 torch.set_num_threads(1)
 

@@ -1,4 +1,4 @@
-"""Tests of txl_minimal.attention_maps (and its figures) on hand-built tensors and a tiny model."""
+"""Tests of txl_minimal.tutorial.attention_maps (and its figures) on hand-built tensors and a tiny model."""
 from __future__ import annotations
 
 import functools
@@ -12,11 +12,11 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from txl_minimal import attention_maps as am  # noqa: E402
-from txl_minimal import plotting  # noqa: E402
-from txl_minimal.analysis import scores_to_probs  # noqa: E402
 from txl_minimal.data import encode  # noqa: E402
 from txl_minimal.model import TransformerXL, TXLConfig, attention_mask  # noqa: E402
+from txl_minimal.tutorial import attention_maps as am  # noqa: E402
+from txl_minimal.tutorial import plotting  # noqa: E402
+from txl_minimal.tutorial.analysis import scores_to_probs  # noqa: E402
 
 torch.set_num_threads(1)
 

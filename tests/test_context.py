@@ -1,4 +1,4 @@
-"""Tests of txl_minimal.context: exact-context scoring and the effective-context estimates."""
+"""Tests of txl_minimal.tutorial.context: exact-context scoring and the effective-context estimates."""
 from __future__ import annotations
 
 import functools
@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from txl_minimal.context import (context_nll, doubling_gains, effective_context_length, extend_fixed_window,
-                                 loss_vs_context, paired_gains, relative_effective_context_length,
-                                 relative_gain, target_positions)
 from txl_minimal.model import TransformerXL, TXLConfig
+from txl_minimal.tutorial.context import (context_nll, doubling_gains, effective_context_length,
+                                          extend_fixed_window, loss_vs_context, paired_gains,
+                                          relative_effective_context_length, relative_gain, target_positions)
 
 torch.set_num_threads(1)
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from txl_minimal import exercises, solutions
 from txl_minimal.model import rel_shift
+from txl_minimal.tutorial import exercises, solutions
 
 CHECKS = [(exercises.check_mask, solutions.mask), (exercises.check_rel_shift, solutions.rel_shift),
           (exercises.check_rel_shift, solutions.rel_shift_by_padding), (exercises.check_reach, solutions.reach),

@@ -1,21 +1,25 @@
 """The package's import direction: model, data, utils at the bottom; checkpoint, then
-evaluate, then train above them; pretrained on top, loaded only by __init__ (lazily);
-the notebooks' helpers above the model (and evaluate where they score text)."""
+evaluate, then train above them; pretrained on top, loaded only by __init__ (lazily).
+The notebooks' helpers live in txl_minimal.tutorial, above the library (the model, and
+evaluate where they score text); no library module imports anything from there."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "txl_minimal"
-# module -> the package modules it may import (anything not listed is off limits)
+# module (dotted, inside txl_minimal) -> the package modules it may import (anything not listed is off limits)
 ALLOWED = {
+    # the library
     "utils": set(),
     "wikifil": set(),
+    "validation": set(),  # torch only: the model's clear errors (text is encoded in data.py)
     "model": {"validation"},  # only inside the package: model.py copied alone runs without it
-    "data": {"utils"},
-    "validation": {"data"},
+    "data": {"utils"},  # generate_text calls model.generate without importing the model
     "variants": {"model"},
     "flops": {"model"},
     "tasks": {"model", "utils"},  # the recall stream and its models
@@ -23,31 +27,56 @@ ALLOWED = {
     "evaluate": {"model", "data", "utils", "checkpoint"},
     "train": {"model", "data", "utils", "checkpoint", "evaluate"},
     "pretrained": {"model", "data", "utils", "checkpoint", "evaluate"},
-    "context": {"model", "data", "utils", "evaluate"},
-    "analysis": {"model", "data", "utils", "evaluate"},
-    "attention_maps": {"model", "data", "utils", "evaluate", "analysis"},
-    "plotting": {"analysis"},
-    "exercises": {"model", "analysis", "attention_maps", "context", "evaluate", "train", "variants"},  # the notebooks' checkers
-    "solutions": set(),  # their worked answers
-    "ablation": {"model", "data", "utils", "train", "flops"},
+    # the notebooks' helpers
+    "tutorial.context": {"model", "data", "utils", "evaluate"},
+    "tutorial.analysis": {"model", "data", "utils", "evaluate"},
+    "tutorial.attention_maps": {"model", "data", "utils", "evaluate", "tutorial.analysis"},
+    "tutorial.plotting": {"tutorial.analysis"},
+    "tutorial.exercises": {"model", "tutorial.analysis", "tutorial.attention_maps", "tutorial.context",
+                           "evaluate", "train", "variants"},  # the notebooks' checkers
+    "tutorial.solutions": set(),  # their worked answers
+    "tutorial.ablation": {"model", "data", "utils", "train", "flops"},
 }
 
 
+def modules() -> set[str]:
+    """Every module of the package, dotted (``tutorial.plotting``), __init__ files included."""
+    return {".".join(p.relative_to(PACKAGE).with_suffix("").parts) for p in PACKAGE.rglob("*.py")}
+
+
+def _module_or_package(dotted: str) -> bool:
+    path = PACKAGE.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
 def package_imports(module: str) -> set[str]:
-    """The txl_minimal modules ``module`` imports, at the top or inside functions."""
+    """The txl_minimal modules ``module`` imports, at the top or inside functions, dotted as in
+    ALLOWED (``from ..model import x`` in tutorial/analysis.py -> "model"; ``from txl_minimal
+    import tutorial`` -> "tutorial", the subpackage itself)."""
+    parts = module.split(".")  # its package is parts[:-1]
     found = set()
-    for node in ast.walk(ast.parse((PACKAGE / f"{module}.py").read_text())):
+    for node in ast.walk(ast.parse(PACKAGE.joinpath(*parts).with_suffix(".py").read_text())):
         if isinstance(node, ast.ImportFrom):
-            name = node.module or ""
-            if node.level == 1 and not name:  # from . import x
-                found |= {a.name for a in node.names}
-            elif node.level == 1 or name.startswith("txl_minimal."):
-                found.add(name.removeprefix("txl_minimal.").split(".")[0])
-            elif name == "txl_minimal":
-                found |= {a.name for a in node.names}
+            if node.level:  # relative: from . / from .. (level 1 = the module's own package)
+                base = parts[:len(parts) - node.level]
+                name = ".".join(base + (node.module.split(".") if node.module else []))
+            elif node.module == "txl_minimal" or (node.module or "").startswith("txl_minimal."):
+                name = node.module.removeprefix("txl_minimal").lstrip(".")
+            else:
+                continue
+            for alias in node.names:  # from <package> import <module>, or from <module> import <name>
+                sub = f"{name}.{alias.name}" if name else alias.name
+                found.add(sub if _module_or_package(sub) else name)
         elif isinstance(node, ast.Import):
-            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("txl_minimal.")}
-    return found
+            found |= {a.name.removeprefix("txl_minimal.") for a in node.names if a.name.startswith("txl_minimal.")}
+    return found - {""}
+
+
+def test_package_imports_reads_relative_and_absolute_imports():
+    assert package_imports("tutorial.analysis") >= {"model", "data", "evaluate"}  # from ..model import
+    assert package_imports("tutorial.plotting") == {"tutorial.analysis"}  # from .analysis import
+    assert package_imports("tutorial.exercises") >= {"tutorial.context", "model"}  # from txl_minimal...
+    assert "variants" in package_imports("__init__")  # from . import variants
 
 
 @pytest.mark.parametrize("module", sorted(ALLOWED))
@@ -56,9 +85,37 @@ def test_modules_import_only_modules_below_them(module):
 
 
 def test_every_module_has_its_place():
-    assert {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"} == set(ALLOWED)
+    assert {m for m in modules() if not m.endswith("__init__")} == set(ALLOWED)
+
+
+def test_no_library_module_imports_the_tutorial():
+    """The library stands alone: nothing outside txl_minimal/tutorial/ imports from it, in the
+    source (ALLOWED and __init__.py) or when every library module is imported."""
+    library = {m for m in modules() if not m.startswith("tutorial")}
+    assert {"__init__", "model", "train", "pretrained"} <= library
+    for module in library:
+        reached = {m for m in package_imports(module) if m == "tutorial" or m.startswith("tutorial.")}
+        assert not reached, f"txl_minimal/{module.replace('.', '/')}.py imports {sorted(reached)}"
+        assert not any(m.startswith("tutorial") for m in ALLOWED.get(module, ()))
+    names = sorted(m for m in library if m != "__init__")
+    code = ("import sys, importlib, txl_minimal\n"
+            f"for m in {names!r}: importlib.import_module('txl_minimal.' + m)\n"
+            "[getattr(txl_minimal, n) for n in txl_minimal.__all__]\n"
+            "print(sorted(m for m in sys.modules if m.startswith('txl_minimal.tutorial')))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["[]"], f"importing the library loads {run.stdout.strip()}"
 
 
 def test_no_module_imports_pretrained():
-    importers = [p.stem for p in PACKAGE.glob("*.py") if "pretrained" in package_imports(p.stem)]
+    importers = [m for m in modules() if "pretrained" in package_imports(m)]
     assert importers == []  # __init__ loads it on first use of load_pretrained (see _LAZY there)
+
+
+def test_readme_layout_maps_every_module():
+    """README.md's Layout lists each library module under txl_minimal/ and each helper under tutorial/."""
+    readme = (PACKAGE.parent / "README.md").read_text()
+    layout = readme[readme.index("## Layout"):].split("\n## ")[0]
+    for module in ALLOWED:
+        indent = "    " if module.startswith("tutorial.") else "  "
+        assert f"\n{indent}{module.split('.')[-1]}.py " in layout, f"README's Layout lacks {module}"

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from txl_minimal.data import decode, encode
+import txl_minimal
+from txl_minimal.data import decode, encode, generate_text
 from txl_minimal.evaluate import read_segments
 from txl_minimal.model import TXLConfig, TXLOutput, TransformerXL, attention_mask, rel_shift, sinusoid_table
 from reference import naive_forward, segment_visibility
@@ -273,13 +274,24 @@ def test_generate_reads_every_token_once(tiny_model):
     assert sum(seen) == 13 + 20 - 1  # the prompt once, then each new token once (the last is not read)
 
 
-def test_generate_takes_and_returns_a_string(tiny_model):
+def test_generate_text_takes_and_returns_a_string(tiny_model):
     model = tiny_model()
-    text = model.generate("the king ", 12, temperature=0)
+    text = generate_text(model, "the king ", 12, temperature=0)
     assert isinstance(text, str) and len(text) == 21 and text.startswith("the king ")
     assert text == decode(model.generate(encode("the king "), 12, temperature=0))  # ids: the same
     with pytest.raises(ValueError, match="'K' at position 4 is not in VOCAB"):
-        model.generate("the King", 3)
+        generate_text(model, "the King", 3)
+    assert txl_minimal.generate_text is generate_text  # the public name
+
+
+def test_generate_takes_ids_only_and_names_generate_text_for_a_string(tiny_model):
+    model = tiny_model()
+    ids = model.generate([20, 8, 5], 4, temperature=0)  # a list of ints is a prompt too
+    assert ids.equal(model.generate(torch.tensor([20, 8, 5]), 4, temperature=0)) and ids.shape == (7,)
+    with pytest.raises(ValueError, match=r"takes token ids, not text.*Fix: txl_minimal\.generate_text\(model"):
+        model.generate("the king ", 3)
+    with pytest.raises(ValueError, match="generate_text takes a string prompt"):
+        generate_text(model, encode("the king "), 3)
 
 
 ALONE = """
@@ -311,7 +323,7 @@ def test_model_py_copied_alone_runs_the_paper_and_the_baseline(tmp_path):
     lines = run.stdout.splitlines()
     assert [line.split()[0] for line in lines[:2]] == ["rel", "abs"]
     assert all(line.endswith("(2, 7)") for line in lines[:2])  # 3 prompt ids + 4 new ones
-    assert re.search(r"needs text8's alphabet.*Fix.*pass token ids", lines[2])
+    assert re.search(r"takes token ids, not text.*Fix.*pass token ids", lines[2])
 
 
 def test_help_shows_the_inputs_and_every_output_with_units():

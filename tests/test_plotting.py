@@ -1,4 +1,4 @@
-"""The seaborn heatmaps of txl_minimal.plotting: a labelled colour bar, NaN cells grey,
+"""The seaborn heatmaps of txl_minimal.tutorial.plotting: a labelled colour bar, NaN cells grey,
 spaced-out index labels, a colour scale symmetric around 0 where asked."""
 import matplotlib
 
@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from txl_minimal import plotting  # noqa: E402
+from txl_minimal.tutorial import plotting  # noqa: E402
 
 pytest.importorskip("seaborn", reason="seaborn is not installed (pip install -e .[notebooks])")
 

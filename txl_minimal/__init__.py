@@ -1,22 +1,31 @@
 """txl_minimal: a readable, tested Transformer-XL (Dai et al., 2019) for teaching.
 
-    from txl_minimal import TXLConfig, TransformerXL, load_corpus, load_pretrained
+    from txl_minimal import TXLConfig, TransformerXL, load_corpus, load_pretrained, generate_text
 
-The public API, by module (arrows point down: each imports only those below it):
+The public API, by module (each imports only those above it; model.py needs torch alone,
+plus validation.py's clear errors inside the package):
 
-    model        TXLConfig, TransformerXL, TXLOutput             (the paper, Sec. 3)
+    model        TXLConfig, TransformerXL, TXLOutput             (the paper, Sec. 3; token ids in and out)
     variants     Shaw et al.'s encoding, adaptive span (registered on import)
-    data         load_corpus, Corpus, LMOrderedIterator, encode, decode, as_ids, VOCAB
+    data         load_corpus, Corpus, LMOrderedIterator, encode, decode, as_ids, VOCAB,
+                 generate_text(model, "the king ", n_new)        (text in, text out)
     checkpoint   save, load, save_checkpoint, load_checkpoint, model_from_checkpoint,
                  official_state_dict, load_official_state_dict   (the authors' weights)
     evaluate     read_segments, evaluate, sliding_window_eval    (python -m txl_minimal.evaluate)
     train        TrainConfig, preset, train                      (python -m txl_minimal.train)
     pretrained   load_pretrained                                 (python -m txl_minimal.pretrained)
+
+Not the library: ``txl_minimal.tutorial`` holds the notebooks' helpers (analysis, context,
+attention_maps, plotting, ablation, exercises, solutions); it imports the library, never
+the reverse.
+
+    from txl_minimal.tutorial import analysis, plotting
 """
 from importlib import import_module
 
 from . import variants  # noqa: F401  registers attn_type="shaw" and adaptive_span with the model
-from .data import VOCAB, VOCAB_SIZE, Corpus, LMOrderedIterator, as_ids, decode, encode, load_corpus
+from .data import (VOCAB, VOCAB_SIZE, Corpus, LMOrderedIterator, as_ids, decode, encode, generate_text,
+                   load_corpus)
 from .model import TXLConfig, TXLOutput, TransformerXL
 
 # Imported on first use, so that `python -m txl_minimal.train` (or .evaluate, .pretrained)
@@ -27,7 +36,7 @@ _LAZY = {"TrainConfig": "train", "preset": "train", "save": "checkpoint", "load"
          "read_segments": "evaluate", "sliding_window_eval": "evaluate", "load_pretrained": "pretrained"}
 
 __all__ = ["TXLConfig", "TXLOutput", "TransformerXL", "VOCAB", "VOCAB_SIZE", "Corpus",
-           "LMOrderedIterator", "as_ids", "decode", "encode", "load_corpus", *_LAZY]
+           "LMOrderedIterator", "as_ids", "decode", "encode", "generate_text", "load_corpus", *_LAZY]
 __version__ = "0.1.0"
 
 

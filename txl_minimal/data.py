@@ -82,6 +82,16 @@ def decode(ids) -> str:
     return _ID_TO_BYTE[ids].tobytes().decode("ascii")
 
 
+def generate_text(model: torch.nn.Module, prompt: str, n_new: int, **kwargs) -> str:
+    """``model.generate`` for text: the prompt (space and a-z) encoded, ``n_new`` characters
+    sampled after it, and the whole decoded, so the result starts with the prompt.
+    ``kwargs`` go to ``model.generate`` (temperature, top_k, generator)."""
+    if not isinstance(prompt, str):
+        raise ValueError(f"generate_text takes a string prompt, got {type(prompt).__name__}. "
+                         "Fix: for token ids call model.generate(ids, n_new)")
+    return decode(model.generate(torch.as_tensor(encode(prompt), dtype=torch.long), n_new, **kwargs))
+
+
 @dataclass(repr=False)
 class Corpus:
     """Encoded train/valid/test splits (uint8 numpy arrays, possibly memory-mapped)."""

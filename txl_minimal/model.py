@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-if __package__ == "txl_minimal":  # clear errors for bad inputs, and text prompts (validation.py)
+if __package__ == "txl_minimal":  # clear errors for bad inputs (validation.py)
     from txl_minimal import validation
 else:  # this file copied alone: the same model, without the checks
     validation = None
@@ -396,18 +396,19 @@ class TransformerXL(nn.Module):
         return out
 
     @torch.no_grad()
-    def generate(self, prompt, n_new: int, temperature: float = 1.0, top_k: Optional[int] = None,
-                 generator: Optional[torch.Generator] = None) -> torch.Tensor | str:
-        """The prompt (ids (B, T) or (T,), or a string of space and a-z, which gives a string back)
-        followed by ``n_new`` sampled tokens; ``temperature == 0`` is greedy. With memory each new
-        token is read once; without (the vanilla model) the last ``tgt_len`` are recomputed per step."""
-        decode = None
-        if validation is not None:  # text -> ids, and clear errors for bad arguments
-            prompt, decode = validation.check_generate(prompt, n_new, temperature, top_k)
-        elif isinstance(prompt, str):
-            raise ValueError("a string prompt needs text8's alphabet from txl_minimal.data. Fix: use the "
-                             "package, or pass token ids: model.generate(torch.tensor([8, 9]), n_new)")
-        seq = torch.as_tensor(prompt, device=self.out_bias.device).long()
+    def generate(self, prompt_ids, n_new: int, temperature: float = 1.0, top_k: Optional[int] = None,
+                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """The prompt's token ids ((B, T) or (T,), a tensor or a list of ints) followed by ``n_new``
+        sampled ids; ``temperature == 0`` is greedy. With memory each new token is read once;
+        without (the vanilla model) the last ``tgt_len`` are recomputed per step. For text, see
+        ``txl_minimal.generate_text`` (in data.py: it encodes the prompt and decodes the result)."""
+        if isinstance(prompt_ids, str):  # text is encoded where text lives, not in the model
+            raise ValueError(f"generate takes token ids, not text (got {prompt_ids!r}). Fix: "
+                             "txl_minimal.generate_text(model, text, n_new), or pass token ids: "
+                             "model.generate(torch.tensor([8, 9]), n_new)")
+        if validation is not None:  # clear errors for bad arguments
+            prompt_ids = validation.check_generate(prompt_ids, n_new, temperature, top_k)
+        seq = torch.as_tensor(prompt_ids, device=self.out_bias.device).long()
         squeeze = seq.dim() == 1
         seq = seq[None] if squeeze else seq
         L, recurrent = self.cfg.tgt_len, self.cfg.mem_len > 0
@@ -427,5 +428,4 @@ class TransformerXL(nn.Module):
                     nxt = torch.multinomial(F.softmax(logits / temperature, -1), 1, generator=generator)
                 seq = torch.cat([seq, nxt], dim=1)
                 unread = nxt if recurrent else seq[:, -L:]  # with memory each token is read once
-        seq = seq[0] if squeeze else seq
-        return seq if decode is None else decode(seq)
+        return seq[0] if squeeze else seq

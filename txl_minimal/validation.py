@@ -3,14 +3,13 @@
 ``model.py`` calls these when it runs inside the package; copied alone, it runs the
 same model without them. Each raises ``ValueError`` naming the problem and the fix
 before torch fails deep inside (or, worse, computes something from a wrong input).
+Like the model, this needs torch only: text is encoded in ``data.py``.
 """
 from __future__ import annotations
 
 from dataclasses import fields
 
 import torch
-
-from txl_minimal.data import decode, encode
 
 ATTN_TYPES = ("rel", "abs", "abs_far", "shaw")  # "shaw" is registered by variants.py
 INT_TYPES = (torch.long, torch.int, torch.int16, torch.uint8)
@@ -66,15 +65,12 @@ def check_inputs(model, tokens: torch.Tensor, mems, targets) -> None:
                              f"{got}. Fix: pass None (an empty memory), e.g. when the batch size changes")
 
 
-def check_generate(prompt, n_new: int, temperature: float, top_k):
-    """``TransformerXL.generate``'s arguments. Returns the prompt as ids (a string is
-    encoded over text8's alphabet) and the function that turns the result back into
-    the prompt's kind: ``decode`` for a string, None for ids."""
+def check_generate(prompt_ids, n_new: int, temperature: float, top_k) -> torch.Tensor:
+    """``TransformerXL.generate``'s arguments. Returns the prompt's ids as a tensor."""
     if type(n_new) is not int or n_new < 0 or temperature < 0 or (top_k is not None and top_k <= 0):
         raise ValueError("n_new must be an integer >= 0, temperature >= 0 (0 = greedy) and top_k positive "
                          f"or None; got n_new={n_new!r}, temperature={temperature}, top_k={top_k}")
-    text = isinstance(prompt, str)
-    ids = torch.as_tensor(encode(prompt) if text else prompt)
+    ids = torch.as_tensor(prompt_ids)
     if ids.is_floating_point() or ids.numel() == 0:  # a float id would be truncated silently
         raise ValueError(f"prompt must hold at least one integer token id, got {ids.dtype} {tuple(ids.shape)}")
-    return ids, decode if text else None
+    return ids

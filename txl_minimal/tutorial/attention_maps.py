@@ -36,10 +36,10 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from ..data import as_ids, decode
+from ..evaluate import read_segments
+from ..model import TransformerXL, attention_mask
 from .analysis import distance_matrix, scores_to_probs
-from .data import as_ids, decode
-from .evaluate import read_segments
-from .model import TransformerXL, attention_mask
 
 SPACE = "\u2423"  # "open box", how the tick labels show a space
 

@@ -76,7 +76,7 @@ def _seaborn():
     try:
         import seaborn
     except ImportError as e:
-        raise ImportError("txl_minimal.plotting draws its heatmaps with seaborn: pip install seaborn "
+        raise ImportError("txl_minimal.tutorial.plotting draws its heatmaps with seaborn: pip install seaborn "
                           '(or pip install "txl-minimal[notebooks]")') from e
     return seaborn
 

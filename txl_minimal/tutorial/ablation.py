@@ -43,7 +43,7 @@ from txl_minimal.train import TrainConfig
 
 # The shipped results live beside the package, not in it (the package is installed
 # editable, so this is the repository's folder).
-RESULTS_DIR = Path(__file__).resolve().parents[1] / "results" / "ablation"
+RESULTS_DIR = Path(__file__).resolve().parents[2] / "results" / "ablation"
 
 TEST_BATCH = 16  # test text cut into 16 columns, each read with memory carried (train.evaluate)
 LONG_FACTOR = 4  # "longer context": 4 x the training memory, or 4 x the segment without memory

@@ -14,12 +14,12 @@ from typing import Callable, Iterable, Optional
 import numpy as np
 import torch
 
-from txl_minimal.analysis import dependency_reach, influence_span, position_bias
-from txl_minimal.attention_maps import mean_attention_distance, normalized_entropy
-from txl_minimal.context import paired_gains, relative_gain
 from txl_minimal.evaluate import sliding_window_eval
 from txl_minimal.model import TransformerXL, TXLConfig, attention_mask
 from txl_minimal.train import TrainConfig, lr_at
+from txl_minimal.tutorial.analysis import dependency_reach, influence_span, position_bias
+from txl_minimal.tutorial.attention_maps import mean_attention_distance, normalized_entropy
+from txl_minimal.tutorial.context import paired_gains, relative_gain
 from txl_minimal.variants import ShawAttn, SpanAttn, span_mask
 
 NOT_ATTEMPTED = "not attempted yet: write your answer in the cell above, then run this cell again"

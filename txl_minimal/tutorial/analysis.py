@@ -32,9 +32,9 @@ from typing import Callable, Iterator, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from .data import as_ids
-from .evaluate import evaluate as evaluate_segments, read_segments
-from .model import TransformerXL, sinusoid_table
+from ..data import as_ids
+from ..evaluate import evaluate as evaluate_segments, read_segments
+from ..model import TransformerXL, sinusoid_table
 
 # ----------------------------------------------------------------------------
 # 3.3 The score, term by term
