@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from txl_minimal import plotting
+from txl_minimal.tutorial import plotting
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9]*.ipynb"))
 MARKDOWN_BUDGET = 68_000  # characters of markdown in 00-07 together

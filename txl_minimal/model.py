@@ -396,19 +396,19 @@ class TransformerXL(nn.Module):
         return out
 
     @torch.no_grad()
-    def generate(self, prompt_ids, n_new: int, temperature: float = 1.0, top_k: Optional[int] = None,
+    def generate(self, prompt, n_new: int, temperature: float = 1.0, top_k: Optional[int] = None,
                  generator: Optional[torch.Generator] = None) -> torch.Tensor:
         """The prompt's token ids ((B, T) or (T,), a tensor or a list of ints) followed by ``n_new``
         sampled ids; ``temperature == 0`` is greedy. With memory each new token is read once;
         without (the vanilla model) the last ``tgt_len`` are recomputed per step. For text, see
         ``txl_minimal.generate_text`` (in data.py: it encodes the prompt and decodes the result)."""
-        if isinstance(prompt_ids, str):  # text is encoded where text lives, not in the model
-            raise ValueError(f"generate takes token ids, not text (got {prompt_ids!r}). Fix: "
+        if isinstance(prompt, str):  # text is encoded where text lives, not in the model
+            raise ValueError(f"generate takes token ids, not text (got {prompt!r}). Fix: "
                              "txl_minimal.generate_text(model, text, n_new), or pass token ids: "
                              "model.generate(torch.tensor([8, 9]), n_new)")
         if validation is not None:  # clear errors for bad arguments
-            prompt_ids = validation.check_generate(prompt_ids, n_new, temperature, top_k)
-        seq = torch.as_tensor(prompt_ids, device=self.out_bias.device).long()
+            prompt = validation.check_generate(prompt, n_new, temperature, top_k)
+        seq = torch.as_tensor(prompt, device=self.out_bias.device).long()
         squeeze = seq.dim() == 1
         seq = seq[None] if squeeze else seq
         L, recurrent = self.cfg.tgt_len, self.cfg.mem_len > 0

@@ -65,12 +65,12 @@ def check_inputs(model, tokens: torch.Tensor, mems, targets) -> None:
                              f"{got}. Fix: pass None (an empty memory), e.g. when the batch size changes")
 
 
-def check_generate(prompt_ids, n_new: int, temperature: float, top_k) -> torch.Tensor:
+def check_generate(prompt, n_new: int, temperature: float, top_k) -> torch.Tensor:
     """``TransformerXL.generate``'s arguments. Returns the prompt's ids as a tensor."""
     if type(n_new) is not int or n_new < 0 or temperature < 0 or (top_k is not None and top_k <= 0):
         raise ValueError("n_new must be an integer >= 0, temperature >= 0 (0 = greedy) and top_k positive "
                          f"or None; got n_new={n_new!r}, temperature={temperature}, top_k={top_k}")
-    ids = torch.as_tensor(prompt_ids)
+    ids = torch.as_tensor(prompt)
     if ids.is_floating_point() or ids.numel() == 0:  # a float id would be truncated silently
         raise ValueError(f"prompt must hold at least one integer token id, got {ids.dtype} {tuple(ids.shape)}")
     return ids
