@@ -179,3 +179,21 @@ def test_no_exercise_stub_shadows_a_name_the_notebook_uses(notebook):
                      if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
             assert not defined & used, (f"{notebook.name}: an exercise defines {sorted(defined & used)}, which "
                                         f"another cell uses: rename the exercise's function (e.g. my_...)")
+
+
+def test_a_wrong_rel_shift_is_reported_at_its_own_index_and_shape(capsys):
+    # one visible entry wrong: the message names its index in the student's (batch, qlen, klen) result
+    def off_by_one_entry(x):
+        out = solutions.rel_shift(x).clone()
+        out[..., -1, 0] += 1.0  # the last query sees every key, the first one too
+        return out
+    assert exercises.check_rel_shift(off_by_one_entry) is False
+    out = capsys.readouterr().out
+    assert "values differ; the first at index (0, 0, 0)" in out and "set to 0 in both" in out
+    assert "of shape (2, 1, 1)" in out  # qlen=1, mlen=0: the student's shape, not a flattened view
+
+
+def test_an_answer_torch_cannot_hold_is_rejected_without_a_crash(capsys):
+    assert exercises.check_span_mask(lambda d, z, R: np.array([["a"]])) is False
+    assert exercises.check_reach(lambda n, L, M, i: "seven") is False
+    assert capsys.readouterr().out.count("not yet:") == 2

@@ -47,4 +47,4 @@ def test_figures_are_sized_for_the_page(notebook):
 def test_every_notebook_asks_why_and_folds_its_answer(notebook):
     text = "\n".join(cells(notebook, "markdown"))
     assert "### Why?" in text, notebook.name
-    assert re.search(r"<details><summary>[^<]+</summary>\n\n.+?\n</details>", text, re.S), notebook.name
+    assert re.search(r"<details><summary>[^<]+</summary>\n\n.+?\n\n</details>", text, re.S), notebook.name

@@ -53,7 +53,7 @@ def _same(got, want) -> bool:
             return False
         if want.is_floating_point():
             return got.is_floating_point() and torch.allclose(got.to(want.dtype), want, atol=1e-5)
-        return torch.equal(got.to(want.dtype), want)
+        return torch.equal(got.to(want.dtype), want) and (not got.is_floating_point() or torch.equal(got, got.round()))
     return got == want
 
 
@@ -80,22 +80,31 @@ def _difference(got, want) -> str:
 
 
 def _visible(seen: torch.Tensor) -> Callable:
-    """The part of a (..., qlen, klen) score that a query may see (the rest is masked anyway)."""
-    return lambda t: _tensor(t)[..., seen]
+    """The part of a (..., qlen, klen) score that a query may see (the rest is masked anyway),
+    as a tensor of the same leading shape with the query and key axes zeroed where hidden."""
+    def part(t):
+        t = _tensor(t)
+        if t.shape[-2:] != seen.shape:  # the wrong shape: compared whole, so the message says so
+            return t
+        return t.masked_fill(~seen, 0) if not t.dtype == torch.bool else t & seen
+    return part
 
 
 def _show(x) -> str:
-    if isinstance(x, (torch.Tensor, np.ndarray)):
-        t = _tensor(x)
-        return f"{type(x).__name__} of shape {tuple(t.shape)}, {t.dtype}:\n{t.int() if t.dtype == torch.bool else t}\n"
+    try:
+        if isinstance(x, (torch.Tensor, np.ndarray)):
+            t = _tensor(x)
+            return f"{type(x).__name__} of shape {tuple(t.shape)}, {t.dtype}:\n{t.int() if t.dtype == torch.bool else t}\n"
+    except (TypeError, ValueError, RuntimeError):  # an array torch cannot hold (strings, objects)
+        return f"{type(x).__name__} of shape {getattr(x, 'shape', '?')}, dtype {getattr(x, 'dtype', '?')}"
     return repr(x)
 
 
 def _check(name: str, answer: Optional[Callable], cases: Iterable[Case],
-           view: Callable = lambda x: x) -> Optional[bool]:
+           view: Optional[Callable] = None) -> Optional[bool]:
     """Run ``answer`` on every case; ``view`` (or a case's own) picks the part of a result compared."""
     for args, want, where, *own in cases:
-        part = own[0] if own else view
+        part = own[0] if own else view or (lambda x: x)
         try:
             got = None if answer is None else answer(*args)
         except Exception as e:  # a student's bug is a wrong answer, not a crash of the checker
@@ -105,12 +114,14 @@ def _check(name: str, answer: Optional[Callable], cases: Iterable[Case],
             print(NOT_ATTEMPTED)
             return None
         try:
-            right = _same(part(got), part(want))
-            why = "" if right else _difference(part(got), part(want))
+            compared = part(got)
+            right = _same(compared, part(want))
+            why = "" if right else _difference(compared, part(want))
         except Exception as e:  # a result of the wrong kind (shape, type) cannot be viewed
-            right, why = False, f"{type(e).__name__}: {e}"
+            compared, right, why = got, False, f"{type(e).__name__}: {e}"
         if not right:
-            print(f"{name}: not yet: {where}: {why}.\n  expected {_show(part(want))}\n  got {_show(got)}")
+            note = " (entries a query cannot see are set to 0 in both)" if own else ""
+            print(f"{name}: not yet: {where}: {why}{note}.\n  expected {_show(part(want))}\n  got {_show(compared)}")
             return False
     print(f"{name}: right")
     return True

@@ -51,7 +51,7 @@ def readability_problems(fig: Figure, shown_px: int = SHOWN_PX) -> list[str]:
     for t in fig.findobj(lambda a: isinstance(a, plt.Text) and a.get_visible() and a.get_text().strip()):
         if id(t) in hidden:
             continue
-        shown = t.get_fontsize() * scale
+        shown = t.get_fontsize() * fig.dpi / 100 * scale  # pt as drawn by a 100-dpi notebook figure
         if shown < MIN_PT:
             problems.append(f"{t.get_text()[:30]!r}: {t.get_fontsize():g} pt, {shown:.1f} pt when shown")
         e = t.get_window_extent(renderer)
