@@ -30,10 +30,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-if __package__ == "txl_minimal":  # clear errors for bad inputs (validation.py)
-    from txl_minimal import validation
-else:  # this file copied alone: the same model, without the checks
-    validation = None
+if __package__ == "txl_minimal":  # clear errors for bad inputs (validation.py), fast paths (fast.py)
+    from txl_minimal import fast, validation
+    from txl_minimal.fast import Dropout  # nn.Dropout with cheaper random numbers on a CPU
+else:  # this file copied alone: the same model, without the checks and the fast paths
+    fast = validation = None
+    Dropout = nn.Dropout
 
 
 @dataclass
@@ -111,8 +113,9 @@ def update_memory(hids: list[torch.Tensor], mems: Optional[list[torch.Tensor]],
     if mem_len == 0:
         return [h.new_empty(h.size(0), 0, h.size(2)) for h in hids]
     with torch.no_grad():
-        cats = hids if mems is None else [torch.cat([m, h], dim=1) for m, h in zip(mems, hids)]
-        return [cat[:, -mem_len:].detach() for cat in cats]  # SG: no gradient flows into the memory
+        if mems is not None and hids[0].size(1) < mem_len:  # (a segment of >= mem_len needs no cat)
+            hids = [torch.cat([m, h], dim=1) for m, h in zip(mems, hids)]
+        return [h[:, -mem_len:].detach() for h in hids]  # SG: no gradient flows into the memory
 
 
 # -- 3.3 Relative positional encodings -------------------------------------------------------------
@@ -161,8 +164,9 @@ class RelMultiHeadAttn(nn.Module):
         self.qkv_net = nn.Linear(cfg.d_model, 3 * hd, bias=False)  # rows: W_q, W_k,E, W_v
         self.o_net = nn.Linear(hd, cfg.d_model, bias=False)
         self.layer_norm = nn.LayerNorm(cfg.d_model)
-        self.drop = nn.Dropout(cfg.dropout)
-        self.dropatt = nn.Dropout(cfg.dropatt)
+        self.drop = Dropout(cfg.dropout)
+        self.dropatt = Dropout(cfg.dropatt)
+        self.fast = fast is not None  # fast.py's paths (TransformerXL.fast_attn sets it)
         if cfg.attn_type == "rel":
             self.r_net = nn.Linear(cfg.d_model, hd, bias=False)  # W_k,R
             if cfg.untie_r:
@@ -197,12 +201,17 @@ class RelMultiHeadAttn(nn.Module):
                 return_attn: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """h (B, qlen, d_model), mem (B, mlen, d_model) or None -> (output like h, probabilities or None)."""
         B, qlen = h.shape[:2]
-        q, k, val = self.project(h, mem)
-        q_u = q if u is None else q + u[:, None]  # (q_i + u): (a) and (c) in one product
-        pos_score = self.positional_score(q, pos, v)  # (b) + (d)
-        if self.fused and not return_attn:
-            out, prob = self._fused(q_u, k, val, pos_score, mask), None
+        if fast is not None and fast.reusing(self):  # evaluation: the memory's k, v from the last segment
+            q, k, val = fast.project_reusing_memory(self, h, mem)
+        elif fast is not None and fast.active(self):  # no queries for the memory's rows
+            q, k, val = fast.project(self, h, mem)
         else:
+            q, k, val = self.project(h, mem)
+        q_u = q if u is None else q + u[:, None]  # (q_i + u): (a) and (c) in one product
+        if self.fused and not return_attn:  # the same numbers, faster (fast.py)
+            out, prob = self._fused(q, q_u, k, val, pos, mask, v), None
+        else:
+            pos_score = self.positional_score(q, pos, v)  # (b) + (d)
             score = q_u @ k.transpose(-1, -2)  # (a) + (c)
             if pos_score is not None:
                 score = score + pos_score  # + (b) + (d)
@@ -214,14 +223,27 @@ class RelMultiHeadAttn(nn.Module):
         out = h + out if self.cfg.pre_lnorm else self.layer_norm(h + out)
         return out, prob
 
-    def _fused(self, q_u, k, val, pos_score, mask) -> torch.Tensor:
-        """The same by ``scaled_dot_product_attention``: (b)+(d) and the mask (lowest finite value,
-        as -inf gives NaN in bf16) are its bias."""
+    def _fused(self, q, q_u, k, val, pos, mask, v) -> torch.Tensor:
+        """The same by ``fast.relative_attention`` or ``scaled_dot_product_attention``: (b)+(d) and
+        the mask (lowest finite value, as -inf gives NaN in bf16) are the bias of the scores."""
+        lowest = torch.finfo(q_u.dtype).min
+        if fast is not None and fast.active(self) and pos is not None and type(self).positional_score is RelMultiHeadAttn.positional_score:
+            r_net = lambda: self.r_net(pos).view(-1, self.n_head, self.d_head).transpose(0, 1)  # noqa: E731
+            bias = lambda: torch.zeros(mask.shape, dtype=q_u.dtype, device=mask.device).masked_fill_(mask, lowest)  # noqa: E731
+            if fast.reusing(self):  # evaluation: the same for every segment of this length
+                lengths = (mask.shape, self.cfg.same_length, self.cfg.mem_len, self.cfg.clamp_len, q_u.dtype)
+                r = fast.memo(self, "r", (lengths, fast._versions(self.r_net.weight)), r_net)
+                mask_bias = fast.memo(self, "mask", lengths, bias)
+            else:
+                r, mask_bias = r_net(), bias()  # W_k,R R: (H, klen, D); 0 or the lowest value
+            return fast.relative_attention(q_u, q if v is None else q + v[:, None], k, val, r, mask_bias,
+                                           self.scale, self.cfg.dropatt, self.training)
+        pos_score = self.positional_score(q, pos, v)
         if pos_score is None:
             bias = mask.logical_not()  # bool: True = may attend
         else:
             bias = (pos_score * self.scale).to(q_u.dtype)
-            bias = bias.masked_fill(mask, torch.finfo(bias.dtype).min)
+            bias = bias.masked_fill(mask, lowest)
         dropatt = self.cfg.dropatt if self.training else 0.0
         return F.scaled_dot_product_attention(q_u, k, val, attn_mask=bias, dropout_p=dropatt, scale=self.scale)
 
@@ -251,8 +273,8 @@ class PositionwiseFF(nn.Module):
         super().__init__()
         self.pre_lnorm = cfg.pre_lnorm
         self.CoreNet = nn.Sequential(  # the authors' name, so indices 0 and 3 match
-            nn.Linear(cfg.d_model, cfg.d_inner), nn.ReLU(inplace=True), nn.Dropout(cfg.dropout),
-            nn.Linear(cfg.d_inner, cfg.d_model), nn.Dropout(cfg.dropout))
+            nn.Linear(cfg.d_model, cfg.d_inner), nn.ReLU(), Dropout(cfg.dropout),
+            nn.Linear(cfg.d_inner, cfg.d_model), Dropout(cfg.dropout))
         self.layer_norm = nn.LayerNorm(cfg.d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -291,7 +313,7 @@ class TransformerXL(nn.Module):
         self.word_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.emb_scale = math.sqrt(cfg.d_model)  # the authors scale by sqrt(d_model)
         self.pos_emb = PositionalEmbedding(cfg.d_model)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_layer))
         self.r_w_bias = self.r_r_bias = None
         if cfg.attn_type == "rel" and not cfg.untie_r:
@@ -299,7 +321,7 @@ class TransformerXL(nn.Module):
             self.r_r_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))  # v
         self.out_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         self.out_weight = None if cfg.tie_weights else nn.Parameter(torch.zeros(cfg.vocab_size, cfg.d_model))
-        self.fast_attn = True  # the fused attention kernel unless probabilities are asked for
+        self.fast_attn = True  # fast.py's paths (same numbers) unless probabilities are asked for
         self.apply(self._init_weights)
 
     @staticmethod
@@ -337,6 +359,18 @@ class TransformerXL(nn.Module):
             self.set_lengths(*saved)
             self.train(was_training)
 
+    @property
+    def fast_attn(self) -> bool:
+        """True: the fused attention and cheaper dropout of fast.py; False: the explicit code above."""
+        return self._fast
+
+    @fast_attn.setter
+    def fast_attn(self, on: bool) -> None:
+        self._fast = bool(on) and fast is not None
+        for m in self.modules():
+            if m is not self and hasattr(m, "fast"):
+                m.fast = self._fast
+
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
@@ -358,9 +392,15 @@ class TransformerXL(nn.Module):
                 targets: Optional[torch.Tensor] = None, return_attn: bool = False,
                 return_terms: bool = False) -> TXLOutput:
         """Run one segment (see the class docstring); returns a ``TXLOutput``."""
-        cfg = self.cfg
-        if validation is not None:
+        if validation is not None:  # clear errors; once per call, outside what train.py may compile
             validation.check_inputs(self, tokens, mems, targets)
+        return self.segment(tokens, mems, targets, return_attn, return_terms)
+
+    def segment(self, tokens: torch.Tensor, mems: Optional[list[torch.Tensor]] = None,
+                targets: Optional[torch.Tensor] = None, return_attn: bool = False,
+                return_terms: bool = False) -> TXLOutput:
+        """``forward`` without the input checks (``torch.compile`` traces this without a break)."""
+        cfg = self.cfg
         mems = None if not mems or mems[0].size(1) == 0 else mems
         B, qlen = tokens.shape
         mlen = 0 if mems is None else mems[0].size(1)
@@ -377,6 +417,9 @@ class TransformerXL(nn.Module):
             pos = self.drop(self.relative_encoding(mlen + qlen).to(x.dtype))  # R, shared by the layers
         h = self.drop(x)
         mask = attention_mask(qlen, mlen, cfg.same_length, cfg.mem_len, device=x.device)
+        if fast is not None and fast.reusing(self):  # evaluation: R and the mask of these lengths, kept
+            key = (qlen, mlen, cfg.same_length, cfg.mem_len, cfg.clamp_len, x.dtype, x.device)
+            pos, mask = fast.memo(self, "pos_mask", key, lambda: (pos, mask))
         hids, attn, terms = [], [], []
         for i, layer in enumerate(self.layers):
             hids.append(h)  # layer i's memory is made of what entered layer i
@@ -385,8 +428,13 @@ class TransformerXL(nn.Module):
                 terms.append(layer.dec_attn.score_terms(h, mem, pos, mask, u, v))
             h, prob = layer(h, mem, pos, mask, u, v, return_attn or not self.fast_attn)
             attn.append(prob)
-        out = TXLOutput(logits=self.output_logits(self.drop(h)), mems=update_memory(hids, mems, cfg.mem_len),
+        on = fast is not None and fast.active(self)
+        new_mems = fast.next_memory(self, hids, mems, cfg.mem_len) if on else None  # (one cat fewer)
+        out = TXLOutput(logits=self.output_logits(self.drop(h)),
+                        mems=update_memory(hids, mems, cfg.mem_len) if new_mems is None else new_mems,
                         attn=attn if return_attn else None, terms=terms if return_terms else None)
+        if on:  # evaluation: the new memory's keys and values, for the next segment
+            fast.remember_memory_kv(self, out.mems)
         if targets is not None:
             out.nll = F.cross_entropy(out.logits.float().flatten(0, 1), targets.long().flatten(),
                                       reduction="none").view(B, qlen)

@@ -1,0 +1,246 @@
+"""Fast paths beside ``model.py``'s explicit ones: the same numbers, less time on a CPU.
+
+``model.py`` teaches the computation; this file only makes it cheaper. Each function
+here is tested equal to the explicit code it replaces (tests/test_fast.py), and
+``TransformerXL.fast_attn`` switches all of them on (the default) or off. What each one
+saved on a training step is measured in benchmarks/README.md ("Levers"). Only torch is
+needed; without this file (``model.py`` copied alone) the model runs its explicit code.
+
+- ``dropout``: the same distribution as ``nn.Dropout`` from 16 random bits per element,
+  drawn 64 at a time (``aten::bernoulli_`` draws one 32-bit number per element, then
+  ``nn.Dropout`` divides its float mask in a second pass).
+- ``rel_shift``: the relative shift of Appendix B as a strided *view* (no padded copy).
+- ``relative_attention``: softmax(scale (q+u)k^T + scale (q+v)R^T shifted + mask) V with
+  the shift, the mask and the scale folded into the one tensor that the (a)+(c) product
+  is added to (``baddbmm``), or given to ``scaled_dot_product_attention`` when nothing
+  needs its gradient.
+- evaluation (eval mode, no gradient): what does not change between segments is kept,
+  the keys and values of the memory's rows (``project_reusing_memory``), R and W_k,R R of
+  a key length and the mask (``memo``).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# ----------------------------------------------------------------------------- dropout
+
+_LANES = 4  # 16-bit lanes in one 64-bit random number
+
+
+def keep_mask(shape: torch.Size, p: float, device: torch.device) -> torch.Tensor:
+    """Float tensor of ``shape``: 1 / (1 - p) with probability 1 - p (to 1/65536), else 0.
+
+    One 64-bit draw gives four 16-bit lanes, each compared with a threshold: a quarter of
+    the generator calls of ``bernoulli_``, and the comparison writes the float mask directly.
+    The draws come from torch's default generator, so ``torch.manual_seed`` and a
+    checkpoint's RNG state reproduce them."""
+    n = 1
+    for s in shape:
+        n *= s
+    bits = torch.empty((n + _LANES - 1) // _LANES, dtype=torch.int64, device=device)
+    bits.random_(-2 ** 63, None)  # all 64 bits (random_() alone leaves the sign bit 0)
+    threshold = -32768 + round(p * 65536)  # P(lane >= threshold) = 1 - p
+    mask = torch.empty(shape, device=device)
+    torch.ge(bits.view(torch.int16)[:n].view(shape), threshold, out=mask)
+    return mask.mul_(1.0 / (1.0 - p))
+
+
+class _Dropout(torch.autograd.Function):
+    """y = x * mask; the backward pass multiplies by the same mask."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, p: float) -> torch.Tensor:
+        mask = keep_mask(x.shape, p, x.device).to(x.dtype)
+        ctx.save_for_backward(mask)
+        return x * mask
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (mask,) = ctx.saved_tensors
+        return grad * mask, None
+
+
+def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """``F.dropout(x, p, training)`` with cheaper random numbers on a CPU. Elsewhere (CUDA has
+    its own fused dropout), under ``torch.compile`` (inductor fuses its own) and when nothing
+    is dropped it is ``F.dropout`` itself."""
+    if not training or p == 0:
+        return x
+    if x.device.type != "cpu":
+        return F.dropout(x, p, training)
+    return _Dropout.apply(x, p)
+
+
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` that uses ``dropout`` above while ``fast`` is True (``TransformerXL.fast_attn``
+    sets it); no parameters, so the state dict is ``nn.Dropout``'s (none)."""
+
+    fast = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not active(self):
+            return super().forward(x)
+        return dropout(x, self.p, self.training)
+
+
+# ----------------------------------------------------------------------------- projection and memory
+
+def project(att: nn.Module, h: torch.Tensor, mem):
+    """``att.project(h, mem)`` without projecting the memory's rows to queries (only the segment's
+    queries are used): q = W_q h and [k, v] = W_kv [SG(m) o h], a third fewer projection FLOPs on
+    the memory's rows. The concatenation is kept for ``next_memory``."""
+    hd = att.n_head * att.d_head
+    cat = h if mem is None else torch.cat([mem, h], dim=1)
+    w_q, w_kv = att.qkv_net.weight.split([hd, 2 * hd])
+    q = F.linear(att.layer_norm(h) if att.cfg.pre_lnorm else h, w_q)  # LayerNorm is row by row
+    k, val = F.linear(att.layer_norm(cat) if att.cfg.pre_lnorm else cat, w_kv).chunk(2, dim=-1)
+    att._segment_input = (h, mem, cat)
+    return att._heads(q), att._heads(k), att._heads(val)
+
+
+def next_memory(model: nn.Module, hids: list[torch.Tensor], mems, mem_len: int):
+    """``model.update_memory(hids, mems, mem_len)`` from each layer's [SG(m) o h] that ``project``
+    kept: one concatenation per layer instead of two. None (use ``update_memory``) unless every
+    layer read exactly ``mems[i]`` and ``hids[i]`` (not a trimmed or shifted copy)."""
+    kept = [layer.dec_attn.__dict__.pop("_segment_input", None) for layer in model.layers]
+    if mem_len == 0 or any(k is None or k[0] is not h or k[1] is not (None if mems is None else m)
+                           for k, h, m in zip(kept, hids, mems or [None] * len(hids))):
+        return None
+    with torch.no_grad():
+        return [cat[:, -mem_len:].detach() for _, _, cat in kept]  # SG: no gradient flows into the memory
+
+
+# ----------------------------------------------------------------------------- relative shift
+
+class _RelShift(torch.autograd.Function):
+    """The view of ``rel_shift`` below. Its rows overlap by one element (row i's last column
+    is row i+1's first), so autograd's generic ``as_strided`` backward would take its slow
+    path for overlapping views; the backward here writes the gradient of the (T, K-1) block
+    that does not overlap, then adds the last element."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        ctx.shape = x.shape
+        return _shifted_view(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        *lead, qlen, klen = ctx.shape
+        out = grad.new_zeros(*lead, qlen * klen)
+        # element (i, j) of the view is element qlen-1 + i(klen-1) + j of a row-major (qlen, klen)
+        body = out[..., qlen - 1: qlen - 1 + qlen * (klen - 1)].view(*lead, qlen, klen - 1)
+        body.copy_(grad[..., :klen - 1])
+        out[..., -1] += grad[..., -1, -1]  # the last row's last column (no overlap: no row after it)
+        # every other column klen-1 aliases the next row's column 0: its gradient is dropped
+        # here; it is a masked (future) score, whose gradient is 0 (attention_mask)
+        return out.view(ctx.shape)
+
+
+def _shifted_view(x: torch.Tensor) -> torch.Tensor:
+    *lead, qlen, klen = x.shape
+    x = x.contiguous()
+    strides = list(x.stride()[:-2]) + [klen - 1, 1]
+    return x.as_strided((*lead, qlen, klen), strides, x.storage_offset() + qlen - 1)
+
+
+def rel_shift(x: torch.Tensor) -> torch.Tensor:
+    """``model.rel_shift`` without its padded copy: row i of the result is row i of ``x`` read
+    from column qlen-1-i on (into row i+1 past the end). Equal to ``model.rel_shift`` wherever
+    key j <= mlen + i (every entry the causal mask keeps); the masked entries differ."""
+    return _RelShift.apply(x)
+
+
+# ----------------------------------------------------------------------------- attention
+
+def relative_attention(q_u: torch.Tensor, q_v: torch.Tensor, k: torch.Tensor, val: torch.Tensor,
+                       r: torch.Tensor, mask_bias: torch.Tensor, scale: float, dropatt: float,
+                       training: bool) -> torch.Tensor:
+    """softmax(scale [(q+u) k^T + shift((q+v) r^T)] + mask) V for q_u, q_v (B, H, T, D), k, val
+    (B, H, K, D), r = W_k,R R (H, K, D) and mask_bias (T, K): 0 where a key may be seen, the
+    lowest finite value where not (it must hide every j > mlen + i, as ``attention_mask`` does).
+    Returns (B, H, T, D); no probabilities (the explicit code in ``model.py`` has them).
+
+    Heads go first, (H, B, ...): then (q+v) r^T for all rows is one matmul per head, and every
+    (T, K) tensor below is made contiguous once, by the add that builds the bias."""
+    B, H, T, D = q_u.shape
+    K = k.size(2)
+    heads_first = lambda t: t.transpose(0, 1).reshape(H * B, t.size(2), D)  # noqa: E731
+    qv = (q_v * scale).transpose(0, 1).reshape(H, B * T, D)
+    bd = torch.bmm(qv, r.transpose(1, 2)).view(H * B, T, K)  # (b) + (d), scaled, before the shift
+    bias = rel_shift(bd) + mask_bias  # shifted and masked: a fresh (H*B, T, K) tensor
+    q_u, k, val = heads_first(q_u), heads_first(k), heads_first(val)
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q_u, k, val, bias))
+    if not needs_grad and not (training and dropatt > 0):
+        four = lambda t: t.view(H, B, t.size(1), t.size(2))  # noqa: E731  (4-d: the fused CPU kernel)
+        out = F.scaled_dot_product_attention(four(q_u), four(k), four(val), attn_mask=four(bias.to(q_u.dtype)),
+                                             scale=scale)
+    else:  # (a) + (c) added onto the bias by the matmul itself (beta = 1), scaled (alpha)
+        score = torch.baddbmm(bias.to(q_u.dtype), q_u, k.transpose(1, 2), alpha=scale)
+        prob = F.softmax(score, dim=-1, dtype=torch.float32).to(val.dtype)
+        out = torch.bmm(dropout(prob, dropatt, training), val)
+    return out.view(H, B, T, D).transpose(0, 1)
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+def active(module: nn.Module) -> bool:
+    """The fast paths are on for ``module`` (``TransformerXL.fast_attn``) and it runs eagerly: under
+    ``torch.compile`` the model's plain code is traced (the compiler fuses it itself)."""
+    on = getattr(module, "fast", None)
+    on = getattr(module, "fast_attn", False) if on is None else on  # (the model itself)
+    return on and not torch.compiler.is_compiling()
+
+
+def reusing(module: nn.Module) -> bool:
+    """True when what one segment computes may be kept for the next: an evaluation (eval mode,
+    no gradient) with the fast paths on. The weights cannot change between such calls without
+    bumping a version counter, which every kept value checks."""
+    return active(module) and not module.training and not torch.is_grad_enabled()
+
+
+def _versions(*tensors: torch.Tensor) -> tuple:
+    """Identity and in-place-update count of each tensor: equal only if none was replaced or changed."""
+    return tuple((t.data_ptr(), t._version, t.dtype) for t in tensors)
+
+
+def memo(owner: nn.Module, name: str, key: tuple, make):
+    """``make()``, or the value ``owner`` kept under ``name`` for the same ``key``; one value per name."""
+    kept = owner.__dict__.get("_memo_" + name)
+    if kept is not None and kept[0] == key:
+        return kept[1]
+    value = make()
+    owner.__dict__["_memo_" + name] = (key, value)
+    return value
+
+
+def project_reusing_memory(att: nn.Module, h: torch.Tensor, mem):
+    """``att.project(h, mem)`` in an evaluation: if ``mem`` is the memory this layer made in the
+    previous segment, its keys and values were computed then (as the last rows of that segment's
+    k, v: the projection is row by row), so only the segment's own rows are projected now. At
+    mem_len 512 and tgt_len 128 that is a fifth of the rows. Otherwise the full projection."""
+    kept = att.__dict__.get("_memory_kv")
+    weights = (att.qkv_net.weight, att.layer_norm.weight, att.layer_norm.bias)
+    if (mem is not None and kept is not None and kept[0] is mem
+            and kept[1] == _versions(mem, *weights)):
+        x = att.layer_norm(h) if att.cfg.pre_lnorm else h
+        q, k, val = (att._heads(t) for t in att.qkv_net(x).chunk(3, dim=-1))
+        if k.dtype == kept[2].dtype:  # (not if autocast was switched on or off in between)
+            att._segment_kv = (torch.cat([kept[2], k], dim=2), torch.cat([kept[3], val], dim=2), weights)
+            return q, *att._segment_kv[:2]
+    q, k, val = project(att, h, mem)
+    att._segment_kv = (k, val, weights)
+    return q, k, val
+
+
+def remember_memory_kv(model: nn.Module, mems: list[torch.Tensor]) -> None:
+    """After a segment: keep, for each layer, the keys and values of the rows that became its
+    new memory (``project_reusing_memory`` uses them next segment); forget them otherwise."""
+    for layer, mem in zip(model.layers, mems):
+        att = layer.dec_attn
+        k, val, weights = att.__dict__.pop("_segment_kv", (None, None, None))
+        n = mem.size(1)
+        att._memory_kv = None
+        if reusing(att) and k is not None and 0 < n <= k.size(2):
+            att._memory_kv = (mem, _versions(mem, *weights), k[:, :, -n:], val[:, :, -n:])
