@@ -18,14 +18,15 @@ ALLOWED = {
     "utils": set(),
     "wikifil": set(),
     "validation": set(),  # torch only: the model's clear errors (text is encoded in data.py)
-    "model": {"validation"},  # only inside the package: model.py copied alone runs without it
+    "fast": set(),  # torch only: the model's fast paths (model.py copied alone runs without them)
+    "model": {"validation", "fast"},  # only inside the package: model.py copied alone runs without them
     "data": {"utils"},  # generate_text calls model.generate without importing the model
     "variants": {"model"},
     "flops": {"model"},
     "tasks": {"model", "utils"},  # the recall stream and its models
     "checkpoint": {"model", "data", "utils"},
     "evaluate": {"model", "data", "utils", "checkpoint"},
-    "train": {"model", "data", "utils", "checkpoint", "evaluate"},
+    "train": {"model", "data", "utils", "checkpoint", "evaluate", "validation"},  # validation: --compile
     "pretrained": {"model", "data", "utils", "checkpoint", "evaluate"},
     # the notebooks' helpers
     "tutorial.context": {"model", "data", "utils", "evaluate"},

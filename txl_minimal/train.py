@@ -20,6 +20,7 @@ import argparse
 import ast
 import contextlib
 import csv
+import functools
 import gc
 import itertools
 import math
@@ -38,8 +39,8 @@ from txl_minimal.checkpoint import load_checkpoint, rng_state, save_checkpoint, 
 from txl_minimal.data import Corpus, CorpusError, LMOrderedIterator, load_corpus
 from txl_minimal.evaluate import evaluate
 from txl_minimal.model import TransformerXL, TXLConfig
-from txl_minimal.utils import (LN2, default_device, int_at_least, remove_leftovers, seed_everything,
-                               terminal_progress)
+from txl_minimal.utils import (LN2, bf16_speedup, default_device, int_at_least, remove_leftovers,
+                               seed_everything, terminal_progress)
 
 CSV_COLUMNS = ("step", "tokens", "wall_time_s", "lr", "train_loss", "train_bpc", "valid_bpc")
 RUN_FILES = ("ckpt.pt", "log.csv")  # what a run writes in its --out directory
@@ -67,8 +68,8 @@ class TrainConfig:
     log_interval: int = 50  # steps per CSV row
     seed: int = 0
     out: str = "runs/default"  # ckpt.pt and log.csv go here
-    amp: str = "auto"  # "auto" (CUDA: bf16, fp16 before Ampere; CPU: off, as bf16 is emulated without AMX/AVX512-BF16: benchmarks/README.md) | "bf16" | "fp16" | "off"
-    compile: bool = False  # torch.compile the model
+    amp: str = "auto"  # "auto" (CUDA: bf16, fp16 before Ampere; CPU: bf16 only where a measured matmul of the model's size is faster, fp32 otherwise: benchmarks/README.md) | "bf16" | "fp16" | "off" (fp32)
+    compile: bool = False  # torch.compile each segment (falls back to eager, with one line, where it cannot)
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:1" ...
 
     def __post_init__(self) -> None:
@@ -221,13 +222,30 @@ def _init_distributed(device: torch.device, world: int, batch_size: int) -> None
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
 
 
-def _device_and_amp(cfg: TrainConfig, local_rank: int
+BF16_MIN_SPEEDUP = 1.2  # amp="auto" on a CPU: bf16 only where its matmul is clearly faster
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_precision(rows: int, d_model: int, d_inner: int) -> tuple[str, float]:
+    """amp="auto" on a CPU: ("bf16" or "off", the measured speed-up of a bf16 matmul of the
+    feed-forward's size over fp32). Measured once per process and size, and printed."""
+    speedup = bf16_speedup("cpu", rows, d_model, d_inner)
+    amp = "bf16" if speedup >= BF16_MIN_SPEEDUP else "off"
+    print(f"amp='auto': a bf16 matmul of this model's size runs {speedup:.2f}x fp32 on this CPU -> "
+          f"{'bf16 autocast' if amp == 'bf16' else 'fp32'} (amp='off' or 'bf16' chooses)")
+    return amp, speedup
+
+
+def _device_and_amp(cfg: TrainConfig, local_rank: int, model_cfg: Optional[TXLConfig] = None
                     ) -> tuple[torch.device, contextlib.AbstractContextManager, torch.amp.GradScaler]:
     """(device, autocast context, gradient scaler) for cfg.device and cfg.amp."""
     device = torch.device(default_device(local_rank) if cfg.device == "auto" else cfg.device)
     amp = cfg.amp
+    if amp == "auto" and device.type == "cpu":  # bf16 only where this CPU multiplies it faster
+        amp = "off" if model_cfg is None else cpu_precision(
+            cfg.batch_size * model_cfg.tgt_len, model_cfg.d_model, model_cfg.d_inner)[0]
     if amp == "auto":  # bf16 where the GPU has it (Ampere+); fp16 + loss scaling on older ones (T4)
-        amp = "off" if device.type != "cuda" else "bf16" if torch.cuda.get_device_capability(device)[0] >= 8 else "fp16"
+        amp = "bf16" if torch.cuda.get_device_capability(device)[0] >= 8 else "fp16"
     autocast = (contextlib.nullcontext() if amp == "off" else
                 torch.autocast(device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16))
     scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")  # fp16 gradients underflow
@@ -243,10 +261,43 @@ def _loader(corpus: Corpus, cfg: TrainConfig, tgt_len: int, rank: int, world: in
     return LMOrderedIterator(mine, per, tgt_len, device=device)
 
 
+class CompiledSegments(torch.nn.Module):
+    """``model`` with ``model.segment`` compiled (``torch.compile``): the input checks run eagerly,
+    once per call, so the compiled graph has no break. Where compiling fails (no C++ compiler,
+    an unsupported platform) it says so in one line and runs ``model`` as it is."""
+
+    def __init__(self, model: TransformerXL):
+        super().__init__()
+        self.model = model
+        self.compiled = torch.compile(model.segment)
+
+    def forward(self, tokens: torch.Tensor, mems=None, targets=None):
+        if self.compiled is None:
+            return self.model(tokens, mems, targets)
+        from txl_minimal import validation
+        validation.check_inputs(self.model, tokens, mems, targets)
+        try:
+            return self.compiled(tokens, mems, targets)
+        except Exception as e:  # the compiler, not the inputs (checked above): go on without it
+            if not _is_compiler_error(e):
+                raise
+            print(f"torch.compile is not available here ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
+                  "training without it")
+            self.compiled = None
+            return self.model(tokens, mems, targets)
+
+
+def _is_compiler_error(e: Exception) -> bool:
+    """An error of torch.compile's machinery (dynamo, inductor, the C++ toolchain), not of the model."""
+    module = type(e).__module__ or ""
+    return module.startswith(("torch._dynamo", "torch._inductor")) or isinstance(e, (OSError, RuntimeError)) and (
+        "compile" in str(e).lower() or "inductor" in str(e).lower())
+
+
 def _wrap(model: TransformerXL, cfg: TrainConfig, world: int, device: torch.device) -> torch.nn.Module:
     """The model as the loop calls it: compiled if cfg.compile, in DDP under torchrun."""
     if cfg.compile:
-        model = torch.compile(model)
+        model = CompiledSegments(model)
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
     return model
@@ -383,7 +434,7 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     rank, world, local = _distributed()
     out_dir = Path(cfg.out)
     _claim_out(out_dir, resume, overwrite, rank)
-    device, autocast, scaler = _device_and_amp(cfg, local)
+    device, autocast, scaler = _device_and_amp(cfg, local, model_cfg)
     _init_distributed(device, world, cfg.batch_size)
     seed_everything(cfg.seed)
     raw = TransformerXL(TXLConfig(**model_cfg.to_dict())).to(device)  # a copy: evaluate mutates lengths
@@ -482,6 +533,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--batch-size", type=int_at_least(1))
     p.add_argument("--corpus", choices=("text8", "text8-mini", "auto"))
     p.add_argument("--device")
+    p.add_argument("--compile", action="store_true", help="torch.compile each segment (TrainConfig.compile)")
+    p.add_argument("--amp", choices=CHOICES["amp"], help="autocast: auto (bf16 where measured faster), bf16, fp16, off")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                    help="any TXLConfig/TrainConfig field, e.g. attn_type=abs mem_len=0 (the vanilla baseline), "
                         "lr=5e-4, amp=bf16, seed=1, compile=true")
@@ -495,7 +548,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     overrides = {k: v for k, v in dict(out=args.out, max_steps=args.max_steps, batch_size=args.batch_size,
-                                       corpus=args.corpus, device=args.device).items() if v is not None}
+                                       corpus=args.corpus, device=args.device, amp=args.amp,
+                                       compile=args.compile or None).items() if v is not None}
     try:
         for item in args.set:
             key, sep, value = item.partition("=")

@@ -42,6 +42,35 @@ def default_device(local_rank: int | None = None) -> str:
     return "cuda" if local_rank is None else f"cuda:{local_rank}"
 
 
+def bf16_speedup(device: str | torch.device, rows: int, cols: int, inner: int, reps: int = 5) -> float:
+    """How many times faster a (rows x cols) @ (cols x inner) matmul runs under bf16 autocast than
+    in fp32 on ``device`` (fastest of ``reps`` each, after a warm-up; CUDA-synchronised). Above 1
+    only where the hardware multiplies bf16 natively (AMX, AVX512-BF16, tensor cores); a CPU
+    without such units emulates bf16 and comes out slower (benchmarks/README.md)."""
+    import time
+    device = torch.device(device)
+    a = torch.randn(rows, cols, device=device)
+    b = torch.randn(cols, inner, device=device)
+
+    def fastest(fn) -> float:
+        fn()  # warm-up
+        times = []
+        for _ in range(reps):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    def bf16() -> torch.Tensor:
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            return a @ b
+    return fastest(lambda: a @ b) / fastest(bf16)
+
+
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], object], suffix: str = ".tmp") -> None:
     """Call ``write(file)`` on a temp file next to ``path``, then rename it over ``path``.
 

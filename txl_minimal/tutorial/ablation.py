@@ -115,7 +115,7 @@ def contexts(cfg: TXLConfig) -> dict[str, dict]:
 
 def train_config(steps: int, out: str | Path, tiny: bool = False, seed: int = BASE_TRAIN["seed"]) -> TrainConfig:
     """BASE_TRAIN for ``steps`` steps (warm-up and evaluation interval shrink for short runs)."""
-    kw = dict(BASE_TRAIN, max_steps=steps, out=str(out), device="cpu", seed=seed,
+    kw = dict(BASE_TRAIN, max_steps=steps, out=str(out), device="cpu", seed=seed, amp="off",  # fp32
               warmup_steps=min(BASE_TRAIN["warmup_steps"], max(1, steps // 10)),
               eval_interval=min(BASE_TRAIN["eval_interval"], steps))
     if tiny:

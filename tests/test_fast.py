@@ -1,0 +1,229 @@
+"""fast.py: every fast path gives the explicit path's numbers (speed itself: benchmarks/)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from txl_minimal import fast, model as model_py
+from txl_minimal.model import rel_shift
+from txl_minimal.train import CompiledSegments, cpu_precision, preset, _device_and_amp
+from txl_minimal.utils import bf16_speedup
+
+
+# 1. dropout ---------------------------------------------------------------------------
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.03])
+def test_keep_mask_keeps_one_minus_p_and_scales(p):
+    torch.manual_seed(0)
+    mask = fast.keep_mask(torch.Size([1000, 1000]), p, torch.device("cpu"))
+    values = mask.unique()
+    assert len(values) == 2 and values[0] == 0 and values[1].item() == pytest.approx(1 / (1 - p))
+    kept = (mask > 0).float().mean().item()
+    assert abs(kept - (1 - p)) < 5 * (p * (1 - p) / 1e6) ** 0.5 + 1 / 65536  # 5 standard errors
+    assert abs(mask.mean().item() - 1) < 0.01  # E[y] = x
+    # every 16-bit lane of the 64-bit draws is used alike (the sign bit included)
+    lanes = (mask.flatten()[: 4 * 200_000] > 0).view(-1, 4).float().mean(0)
+    assert (lanes - (1 - p)).abs().max() < 0.005
+
+
+def test_keep_mask_follows_the_seed_and_odd_sizes():
+    torch.manual_seed(3)
+    a = fast.keep_mask(torch.Size([7, 13]), 0.2, torch.device("cpu"))
+    b = fast.keep_mask(torch.Size([7, 13]), 0.2, torch.device("cpu"))
+    torch.manual_seed(3)
+    assert torch.equal(a, fast.keep_mask(torch.Size([7, 13]), 0.2, torch.device("cpu")))
+    assert not torch.equal(a, b) and a.shape == (7, 13)
+
+
+def test_dropout_backward_uses_the_forward_mask():
+    torch.manual_seed(0)
+    x = torch.randn(64, 33, requires_grad=True)
+    y = fast.dropout(x, 0.3, training=True)
+    mask = (y / x).detach()  # 0 or 1 / 0.7 per element
+    assert set(torch.round(mask * 7).unique().tolist()) == {0.0, 10.0}
+    g = torch.randn_like(y)
+    y.backward(g)
+    torch.testing.assert_close(x.grad, g * mask)
+
+
+def test_dropout_is_the_identity_in_eval_and_at_zero():
+    x = torch.randn(5, 6)
+    assert fast.dropout(x, 0.3, training=False) is x and fast.dropout(x, 0.0, training=True) is x
+
+
+# 2. rel_shift as a view -----------------------------------------------------------------
+@pytest.mark.parametrize("lead,qlen,mlen", [((), 4, 0), ((2,), 5, 3), ((2, 3), 6, 6), ((1,), 1, 4), ((3,), 7, 1)])
+def test_rel_shift_view_equals_the_padded_shift_where_the_mask_keeps(lead, qlen, mlen):
+    klen = qlen + mlen
+    x = torch.randn(*lead, qlen, klen, dtype=torch.float64, requires_grad=True)
+    keep = ~model_py.attention_mask(qlen, mlen, False, mlen)  # j <= mlen + i
+    explicit, view = rel_shift(x), fast.rel_shift(x)
+    assert torch.equal(explicit[..., keep], view[..., keep])
+    # the backward: a gradient that is 0 on masked entries, as softmax gives there
+    g = torch.randn_like(explicit) * keep
+    (g_explicit,) = torch.autograd.grad(explicit, x, g)
+    (g_view,) = torch.autograd.grad(view, x, g)
+    torch.testing.assert_close(g_view, g_explicit, rtol=0, atol=0)
+
+
+def test_rel_shift_view_of_a_non_contiguous_tensor():
+    base = torch.randn(3, 2, 5, 9, dtype=torch.float64)
+    x = base.transpose(0, 1)  # (2, 3, 5, 9), not contiguous
+    keep = ~model_py.attention_mask(5, 4, False, 4)
+    assert torch.equal(rel_shift(x)[..., keep], fast.rel_shift(x)[..., keep])
+
+
+# 3. the model: fast == explicit, in training and over segments of an evaluation ---------
+CONFIGS = [dict(), dict(untie_r=True), dict(pre_lnorm=True), dict(same_length=True), dict(clamp_len=3),
+           dict(attn_type="abs"), dict(attn_type="abs_far"), dict(attn_type="shaw"),
+           dict(adaptive_span=True, span_ramp=2, span_init=0.3), dict(mem_len=3), dict(mem_len=0)]
+
+
+def _segments(model, xs, fast_on: bool, train: bool):
+    """Log-probabilities of consecutive segments (and the parameters' gradients if train)."""
+    model.fast_attn = fast_on
+    model.train(train)
+    model.zero_grad()
+    mems, lps = None, []
+    with torch.set_grad_enabled(train):
+        for x in xs:
+            out = model(x, mems, targets=x)
+            if train:
+                out.loss.backward()
+            mems = out.mems
+            lps.append(out.logits.log_softmax(-1).detach())
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return lps, grads, mems
+
+
+@pytest.mark.parametrize("overrides", CONFIGS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "rel")
+def test_fast_paths_give_the_explicit_log_probabilities(tiny_model, overrides):
+    if overrides.get("adaptive_span"):
+        import txl_minimal.variants  # noqa: F401  (registers the span attention)
+    if overrides.get("attn_type") == "shaw":
+        import txl_minimal.variants  # noqa: F401,F811
+    model = tiny_model(dropout=0.0, dropatt=0.0, dtype=torch.float32, **overrides)
+    xs = list(torch.randint(0, 27, (4, 2, 6)))  # four segments: the memory fills and slides
+    for train in (True, False):
+        fast_lp, fast_g, fast_m = _segments(model, xs, True, train)
+        slow_lp, slow_g, slow_m = _segments(model, xs, False, train)
+        for a, b in zip(fast_lp, slow_lp):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        for a, b in zip(fast_m, slow_m):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+            assert not a.requires_grad  # SG: the memory carries no gradient
+        for name in slow_g:
+            torch.testing.assert_close(fast_g[name], slow_g[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_evaluation_projects_only_the_new_rows(tiny_model, monkeypatch):
+    model = tiny_model(dtype=torch.float32, mem_len=6)
+    rows = []  # the rows of every (batch, rows, features) input of a linear layer
+    real = torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear",
+                        lambda x, w, b=None: (rows.append(x.shape[1]) if x.dim() == 3 else None) or real(x, w, b))
+    xs = list(torch.randint(0, 27, (4, 2, 4)))
+    lps, _, _ = _segments(model, xs, True, train=False)
+    assert rows and max(rows) == 4  # the memory's rows (up to 6) are never projected again
+    rows.clear()
+    slow, _, _ = _segments(model, xs, False, train=False)
+    assert max(rows) == 4 + 6  # the explicit path projects [memory o segment]
+    for a, b in zip(lps, slow):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_evaluation_cache_notices_changed_weights_and_memory(tiny_model):
+    model = tiny_model(dtype=torch.float32, mem_len=6)
+    x1, x2, x3 = torch.randint(0, 27, (3, 2, 4))
+
+    def run(fast_on: bool, change):
+        model.fast_attn = fast_on
+        with torch.no_grad():
+            saved = {k: v.clone() for k, v in model.state_dict().items()}
+            m = model(x1).mems
+            m = model(x2, m).mems
+            change(m)
+            out = model(x3, m).logits
+            model.load_state_dict(saved)
+        return out
+
+    def new_weights(mems):
+        model.layers[0].dec_attn.qkv_net.weight.mul_(1.5)
+
+    def new_memory(mems):
+        mems[1].mul_(-1.0)
+
+    for change in (new_weights, new_memory):
+        torch.testing.assert_close(run(True, change), run(False, change), rtol=1e-5, atol=1e-5)
+
+
+def test_fast_paths_follow_the_flag(tiny_model):
+    model = tiny_model()
+    model.fast_attn = False
+    assert all(not m.fast for m in model.modules() if hasattr(m, "fast") and m is not model)
+    model.fast_attn = True
+    assert all(m.fast for m in model.modules() if hasattr(m, "fast") and m is not model)
+
+
+# 4. torch.compile: the segment compiles without a graph break ---------------------------
+def test_segment_compiles_without_graph_breaks(tiny_model):
+    model = tiny_model(dtype=torch.float32, dropout=0.1)
+    segment = torch.compile(model.segment, backend="eager", fullgraph=True)  # a break raises
+    x = torch.randint(0, 27, (2, 5))
+    model.train()
+    mems = None
+    for _ in range(2):
+        out = segment(x, mems, x)
+        out.loss.backward()
+        mems = out.mems
+    model.eval()
+    with torch.no_grad():
+        compiled = segment(x, mems, x).logits
+        assert torch.allclose(compiled, model(x, mems, x).logits, atol=1e-5)
+
+
+def test_compiled_training_falls_back_with_one_line(tiny_model, monkeypatch, capsys):
+    class FakeCompilerError(RuntimeError):
+        pass
+    FakeCompilerError.__module__ = "torch._inductor.exc"
+
+    def broken(*args, **kwargs):
+        raise FakeCompilerError("no C++ compiler found")
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: broken)
+    model = tiny_model(dtype=torch.float32)
+    wrapped = CompiledSegments(model)
+    x = torch.randint(0, 27, (2, 5))
+    out = wrapped(x, None, x)
+    torch.testing.assert_close(out.logits, model(x, None, x).logits)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and "torch.compile is not available here" in lines[0]
+    with pytest.raises(ValueError, match="token ids must be in"):  # the checks still run, eagerly
+        wrapped(x + 100, None, None)
+
+
+# 5. amp="auto" on a CPU: bf16 only where measured faster ----------------------------------
+def test_bf16_speedup_is_a_measured_ratio():
+    ratio = bf16_speedup("cpu", 64, 32, 48, reps=2)
+    assert 0 < ratio < 100
+
+
+@pytest.mark.parametrize("speedup,expected", [(2.4, "bf16"), (1.05, "off"), (0.5, "off")])
+def test_auto_precision_picks_bf16_only_where_faster(monkeypatch, capsys, speedup, expected, tmp_path):
+    import txl_minimal.train as train_py
+    cpu_precision.cache_clear()
+    monkeypatch.setattr(train_py, "bf16_speedup", lambda *a, **k: speedup)
+    model_cfg, cfg = preset("cpu-tiny", device="cpu", out=str(tmp_path))
+    _, autocast, _ = _device_and_amp(cfg, 0, model_cfg)
+    assert isinstance(autocast, torch.autocast) == (expected == "bf16")
+    _device_and_amp(cfg, 0, model_cfg)  # measured and printed once per size
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and f"{speedup:.2f}x fp32" in out[0]
+    assert ("bf16 autocast" in out[0]) == (expected == "bf16")
+    cpu_precision.cache_clear()
+
+
+def test_amp_off_never_measures(monkeypatch, tmp_path):
+    import txl_minimal.train as train_py
+    monkeypatch.setattr(train_py, "bf16_speedup", lambda *a, **k: pytest.fail("measured"))
+    model_cfg, cfg = preset("cpu-tiny", device="cpu", out=str(tmp_path), amp="off")
+    _, autocast, _ = _device_and_amp(cfg, 0, model_cfg)
+    assert not isinstance(autocast, torch.autocast)
