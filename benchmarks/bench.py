@@ -126,6 +126,17 @@ def train_worker(job: dict) -> dict:
                 steps_timed=len(times) - job["warmup"])
 
 
+def amp_auto_choice(s: dict, device: torch.device) -> dict:
+    """What TrainConfig(amp="auto") picks for the benchmark's training on this device, and why."""
+    if device.type == "cuda":
+        major = torch.cuda.get_device_capability(device)[0]
+        return dict(choice="bf16" if major >= 8 else "fp16", reason=f"CUDA compute capability {major}.x")
+    from txl_minimal.train import cpu_precision
+    amp, speedup = cpu_precision(s["batch"] * s["tgt_len"], MODEL["d_model"], MODEL["d_inner"])
+    return dict(choice="bf16" if amp == "bf16" else "fp32",
+                reason=f"a bf16 matmul of the model's size ran {speedup:.2f}x fp32", bf16_speedup=speedup)
+
+
 def run_training(s: dict, data, device: torch.device, threads: int, bar) -> list[dict]:
     """All 2 x 2 x len(mem_lens) training configurations, each in its own process."""
     ctx = mp.get_context("spawn")
@@ -207,7 +218,9 @@ def report(res: dict) -> str:
            f"| bf16 units: {_bf16_units(m)}",
            f"model: {MODEL}, random weights",
            f"matmul {s['matmul_n']}x{s['matmul_n']}: fp32 {mm['fp32']:.1f} GFLOP/s, "
-           f"bf16 {mm['bf16']:.1f} GFLOP/s", "",
+           f"bf16 {mm['bf16']:.1f} GFLOP/s",
+           f"amp='auto' picks {res['amp_auto']['choice']} for this training ({res['amp_auto']['reason']})"
+           if "amp_auto" in res else "amp='auto': not recorded", "",
            f"1+3. training: batch {s['batch']}, tgt_len {s['tgt_len']}, median of {s['steps']} steps "
            f"after warm-up (Adam step included)",
            table(res["train"], [("mem_len", "mem_len", "d"), ("attention", "attention", "s"),
@@ -245,6 +258,7 @@ def main(argv=None) -> dict:
         res["matmul_gflop_per_s"] = {name: matmul_peak(device, s["matmul_n"], s["matmul_reps"], dt)
                                      for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
         bar.update()
+        res["amp_auto"] = amp_auto_choice(s, device)
         res["train"] = run_training(s, corpus.train, device, args.threads, bar)
         res["eval"] = run_eval(s, corpus.test, device, bar)
     res["runtime_s"] = time.perf_counter() - t0

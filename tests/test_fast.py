@@ -156,6 +156,31 @@ def test_evaluation_cache_notices_changed_weights_and_memory(tiny_model):
         torch.testing.assert_close(run(True, change), run(False, change), rtol=1e-5, atol=1e-5)
 
 
+def test_both_routes_of_relative_attention_agree_with_gradients():
+    """The GPU's route (SDPA with a differentiated bias) and the CPU's (baddbmm), run here on a CPU."""
+    torch.manual_seed(0)
+    B, H, T, M, D = 2, 3, 5, 4, 8
+    K = T + M
+    q_u, q_v = torch.randn(2, B, H, T, D, dtype=torch.float64).unbind(0)
+    k, val = torch.randn(2, B, H, K, D, dtype=torch.float64).unbind(0)
+    r = torch.randn(H, K, D, dtype=torch.float64)
+    mask = model_py.attention_mask(T, M, False, M)
+    bias = torch.zeros(mask.shape, dtype=torch.float64).masked_fill_(mask, torch.finfo(torch.float64).min)
+    inputs = [t.requires_grad_() for t in (q_u, q_v, k, val, r)]
+    outs, grads = [], []
+    for sdpa in (True, False):
+        out = fast.relative_attention(*inputs[:4], inputs[4], bias, D ** -0.5, 0.0, True, sdpa=sdpa)
+        outs.append(out)
+        grads.append(torch.autograd.grad(out.pow(2).sum(), inputs))
+    # a naive reference: the explicit model code's formula
+    score = (q_u @ k.transpose(-1, -2) + rel_shift(q_v @ r.transpose(-1, -2))) * D ** -0.5
+    naive = score.masked_fill(mask, float("-inf")).softmax(-1) @ val
+    for out in outs:
+        torch.testing.assert_close(out, naive)
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+
+
 def test_fast_paths_follow_the_flag(tiny_model):
     model = tiny_model()
     model.fast_attn = False

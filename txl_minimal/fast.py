@@ -156,14 +156,17 @@ def rel_shift(x: torch.Tensor) -> torch.Tensor:
 
 def relative_attention(q_u: torch.Tensor, q_v: torch.Tensor, k: torch.Tensor, val: torch.Tensor,
                        r: torch.Tensor, mask_bias: torch.Tensor, scale: float, dropatt: float,
-                       training: bool) -> torch.Tensor:
+                       training: bool, sdpa: bool | None = None) -> torch.Tensor:
     """softmax(scale [(q+u) k^T + shift((q+v) r^T)] + mask) V for q_u, q_v (B, H, T, D), k, val
     (B, H, K, D), r = W_k,R R (H, K, D) and mask_bias (T, K): 0 where a key may be seen, the
     lowest finite value where not (it must hide every j > mlen + i, as ``attention_mask`` does).
     Returns (B, H, T, D); no probabilities (the explicit code in ``model.py`` has them).
 
     Heads go first, (H, B, ...): then (q+v) r^T for all rows is one matmul per head, and every
-    (T, K) tensor below is made contiguous once, by the add that builds the bias."""
+    (T, K) tensor below is made contiguous once, by the add that builds the bias. The scores go
+    to ``scaled_dot_product_attention`` on a GPU (its kernels differentiate the bias) and on a
+    CPU when no gradient is needed; a CPU's SDPA kernel cannot differentiate a bias, so there
+    the bias is added by the matmul itself (``baddbmm``). ``sdpa`` forces either (tests)."""
     B, H, T, D = q_u.shape
     K = k.size(2)
     heads_first = lambda t: t.transpose(0, 1).reshape(H * B, t.size(2), D)  # noqa: E731
@@ -171,14 +174,17 @@ def relative_attention(q_u: torch.Tensor, q_v: torch.Tensor, k: torch.Tensor, va
     bd = torch.bmm(qv, r.transpose(1, 2)).view(H * B, T, K)  # (b) + (d), scaled, before the shift
     bias = rel_shift(bd) + mask_bias  # shifted and masked: a fresh (H*B, T, K) tensor
     q_u, k, val = heads_first(q_u), heads_first(k), heads_first(val)
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q_u, k, val, bias))
-    if not needs_grad and not (training and dropatt > 0):
+    if sdpa is None:
+        needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q_u, k, val, bias))
+        sdpa = q_u.is_cuda or not (needs_grad or (training and dropatt > 0))
+    if sdpa:
         four = lambda t: t.view(H, B, t.size(1), t.size(2))  # noqa: E731  (4-d: the fused CPU kernel)
         out = F.scaled_dot_product_attention(four(q_u), four(k), four(val), attn_mask=four(bias.to(q_u.dtype)),
-                                             scale=scale)
+                                             dropout_p=dropatt if training else 0.0, scale=scale)
     else:  # (a) + (c) added onto the bias by the matmul itself (beta = 1), scaled (alpha)
         score = torch.baddbmm(bias.to(q_u.dtype), q_u, k.transpose(1, 2), alpha=scale)
-        prob = F.softmax(score, dim=-1, dtype=torch.float32).to(val.dtype)
+        low = score.dtype in (torch.bfloat16, torch.float16)  # their softmax is taken in float32
+        prob = F.softmax(score, dim=-1, dtype=torch.float32 if low else None).to(val.dtype)
         out = torch.bmm(dropout(prob, dropatt, training), val)
     return out.view(H, B, T, D).transpose(0, 1)
 
