@@ -14,9 +14,11 @@ needed; without this file (``model.py`` copied alone) the model runs its explici
   the shift, the mask and the scale folded into the one tensor that the (a)+(c) product
   is added to (``baddbmm``), or given to ``scaled_dot_product_attention`` when nothing
   needs its gradient.
-- evaluation (eval mode, no gradient): what does not change between segments is kept,
-  the keys and values of the memory's rows (``project_reusing_memory``), R and W_k,R R of
-  a key length and the mask (``memo``).
+- ``project`` projects queries for the segment's rows only, and ``next_memory`` slices the
+  next memory from the [memory o segment] that the projection made (one concatenation fewer).
+- evaluation (eval mode, no gradient): what does not change between segments is kept:
+  the keys and values of the memory's rows (``project_reusing_memory``), W_k,R R of a key
+  length and the mask's bias (``memo``).
 """
 from __future__ import annotations
 
@@ -187,6 +189,27 @@ def relative_attention(q_u: torch.Tensor, q_v: torch.Tensor, k: torch.Tensor, va
         prob = F.softmax(score, dim=-1, dtype=torch.float32 if low else None).to(val.dtype)
         out = torch.bmm(dropout(prob, dropatt, training), val)
     return out.view(H, B, T, D).transpose(0, 1)
+
+
+def attend(att: nn.Module, q, q_u, k, val, pos, mask, v) -> torch.Tensor:
+    """``RelMultiHeadAttn._fused`` for Transformer-XL's own positional term: W_k,R R and the mask
+    as a bias (0 or the lowest finite value: -inf gives NaN in bf16), then ``relative_attention``.
+    In an evaluation both are the same for every segment of a length, so they are kept (``memo``)."""
+    def keys() -> torch.Tensor:  # W_k,R R: (H, klen, D)
+        return att.r_net(pos).view(-1, att.n_head, att.d_head).transpose(0, 1)
+
+    def bias() -> torch.Tensor:
+        lowest = torch.finfo(q_u.dtype).min
+        return torch.zeros(mask.shape, dtype=q_u.dtype, device=mask.device).masked_fill_(mask, lowest)
+    if reusing(att):
+        cfg = att.cfg
+        lengths = (mask.shape, cfg.same_length, cfg.mem_len, cfg.clamp_len, q_u.dtype, q_u.device)
+        r = memo(att, "r", (lengths, _versions(att.r_net.weight)), keys)
+        mask_bias = memo(att, "mask", lengths, bias)
+    else:
+        r, mask_bias = keys(), bias()
+    q_v = q if v is None else q + v[:, None]
+    return relative_attention(q_u, q_v, k, val, r, mask_bias, att.scale, att.cfg.dropatt, att.training)
 
 
 # ----------------------------------------------------------------------------- evaluation

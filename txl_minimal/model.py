@@ -226,24 +226,15 @@ class RelMultiHeadAttn(nn.Module):
     def _fused(self, q, q_u, k, val, pos, mask, v) -> torch.Tensor:
         """The same by ``fast.relative_attention`` or ``scaled_dot_product_attention``: (b)+(d) and
         the mask (lowest finite value, as -inf gives NaN in bf16) are the bias of the scores."""
-        lowest = torch.finfo(q_u.dtype).min
-        if fast is not None and fast.active(self) and pos is not None and type(self).positional_score is RelMultiHeadAttn.positional_score:
-            r_net = lambda: self.r_net(pos).view(-1, self.n_head, self.d_head).transpose(0, 1)  # noqa: E731
-            bias = lambda: torch.zeros(mask.shape, dtype=q_u.dtype, device=mask.device).masked_fill_(mask, lowest)  # noqa: E731
-            if fast.reusing(self):  # evaluation: the same for every segment of this length
-                lengths = (mask.shape, self.cfg.same_length, self.cfg.mem_len, self.cfg.clamp_len, q_u.dtype)
-                r = fast.memo(self, "r", (lengths, fast._versions(self.r_net.weight)), r_net)
-                mask_bias = fast.memo(self, "mask", lengths, bias)
-            else:
-                r, mask_bias = r_net(), bias()  # W_k,R R: (H, klen, D); 0 or the lowest value
-            return fast.relative_attention(q_u, q if v is None else q + v[:, None], k, val, r, mask_bias,
-                                           self.scale, self.cfg.dropatt, self.training)
+        own = type(self).positional_score is RelMultiHeadAttn.positional_score  # not a variant's (Shaw)
+        if fast is not None and fast.active(self) and pos is not None and own:
+            return fast.attend(self, q, q_u, k, val, pos, mask, v)
         pos_score = self.positional_score(q, pos, v)
         if pos_score is None:
             bias = mask.logical_not()  # bool: True = may attend
         else:
             bias = (pos_score * self.scale).to(q_u.dtype)
-            bias = bias.masked_fill(mask, lowest)
+            bias = bias.masked_fill(mask, torch.finfo(bias.dtype).min)
         dropatt = self.cfg.dropatt if self.training else 0.0
         return F.scaled_dot_product_attention(q_u, k, val, attn_mask=bias, dropout_p=dropatt, scale=self.scale)
 
@@ -417,9 +408,6 @@ class TransformerXL(nn.Module):
             pos = self.drop(self.relative_encoding(mlen + qlen).to(x.dtype))  # R, shared by the layers
         h = self.drop(x)
         mask = attention_mask(qlen, mlen, cfg.same_length, cfg.mem_len, device=x.device)
-        if fast is not None and fast.reusing(self):  # evaluation: R and the mask of these lengths, kept
-            key = (qlen, mlen, cfg.same_length, cfg.mem_len, cfg.clamp_len, x.dtype, x.device)
-            pos, mask = fast.memo(self, "pos_mask", key, lambda: (pos, mask))
         hids, attn, terms = [], [], []
         for i, layer in enumerate(self.layers):
             hids.append(h)  # layer i's memory is made of what entered layer i
