@@ -26,6 +26,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)  # (torch < 2.3: never)
+
 # ----------------------------------------------------------------------------- dropout
 
 _LANES = 4  # 16-bit lanes in one 64-bit random number
@@ -130,11 +132,12 @@ class _RelShift(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         *lead, qlen, klen = ctx.shape
-        out = grad.new_zeros(*lead, qlen * klen)
+        out = grad.new_empty(*lead, qlen * klen)
+        out[..., :qlen - 1] = 0  # the first qlen-1 elements are never read by the view
         # element (i, j) of the view is element qlen-1 + i(klen-1) + j of a row-major (qlen, klen)
         body = out[..., qlen - 1: qlen - 1 + qlen * (klen - 1)].view(*lead, qlen, klen - 1)
         body.copy_(grad[..., :klen - 1])
-        out[..., -1] += grad[..., -1, -1]  # the last row's last column (no overlap: no row after it)
+        out[..., -1] = grad[..., -1, -1]  # the last row's last column (no overlap: no row after it)
         # every other column klen-1 aliases the next row's column 0: its gradient is dropped
         # here; it is a masked (future) score, whose gradient is 0 (attention_mask)
         return out.view(ctx.shape)
@@ -219,7 +222,7 @@ def active(module: nn.Module) -> bool:
     ``torch.compile`` the model's plain code is traced (the compiler fuses it itself)."""
     on = getattr(module, "fast", None)
     on = getattr(module, "fast_attn", False) if on is None else on  # (the model itself)
-    return on and not torch.compiler.is_compiling()
+    return on and not _compiling()
 
 
 def reusing(module: nn.Module) -> bool:
