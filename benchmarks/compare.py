@@ -15,6 +15,8 @@ model landed can be the base. What is timed (the benchmark model of bench.py, ra
   train  batch 16, tgt_len 128, dropout 0.1, fp32, forward + backward + Adam step, with the
          memory carried between steps; median of --steps steps after the memory is full
   eval   batch 1, no grad, eval mode, fp32; median of --segments segments after warm-up
+  peak   the process's peak resident memory (ru_maxrss) minus its resident memory before the
+         first step (bench.py's peak-MiB measure), in MiB
 """
 from __future__ import annotations
 
@@ -69,9 +71,9 @@ else:
         with torch.no_grad():
             mems = model(x, mems, targets=y).mems
     n = job["segments"]
+base = rss()  # before the first step: the peak below includes activations, gradients, Adam state
 for _ in range(warmup):
     step()
-base = rss()
 times = []
 for _ in range(n):
     t0 = time.perf_counter()
