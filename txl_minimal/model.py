@@ -407,14 +407,17 @@ class TransformerXL(nn.Module):
             h, prob = layer(h, mem, pos, mask, u, v, return_attn or not self.fast_attn)
             attn.append(prob)
         h = self.drop(h)
-        per_target = self.crit is not None and self.training and targets is not None  # the adaptive saving
-        out = TXLOutput(logits=None if per_target else self.output_logits(h), mems=update_memory(hids, mems, cfg.mem_len),
+        # training on targets with the adaptive softmax: only the targets' clusters, not every word's
+        per_target = self.crit is not None and self.training and targets is not None
+        out = TXLOutput(logits=None if per_target else self.output_logits(h),
+                        mems=update_memory(hids, mems, cfg.mem_len),
                         attn=attn if return_attn else None, terms=terms if return_terms else None)
-        if per_target:  # only the targets' clusters: log_prob's values at the targets, computed cheaply
-            out.nll = self.crit.nll(h, targets.long()).float()
-        elif targets is not None:
-            out.nll = F.cross_entropy(out.logits.float().flatten(0, 1), targets.long().flatten(),
-                                      reduction="none").view(B, qlen)
+        if targets is not None:
+            if per_target:
+                out.nll = self.crit.nll(h, targets.long()).float()
+            else:
+                out.nll = F.cross_entropy(out.logits.float().flatten(0, 1), targets.long().flatten(),
+                                          reduction="none").view(B, qlen)
             out.loss = out.nll.mean()
             if cfg.adaptive_span:  # variants.SpanAttn: the L1 penalty on the spans
                 out.loss = out.loss + cfg.span_loss_coeff * sum(l.dec_attn.spans().mean() for l in self.layers)
