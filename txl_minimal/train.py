@@ -147,7 +147,7 @@ PRESETS: dict[str, dict[str, dict]] = {
     # The authors' WikiText-103 base model (run_wt103_base.sh; the paper's 151M parameters, 24.0
     # test perplexity) on ONE GPU: their sizes, adaptive input and softmax tied with their cutoffs
     # and tie_projs, their lr and steps, their evaluation (64 / 640 / clamp 400, same_length).
-    # Their batch of 60 was split over 4 GPUs; here all 60 go on one (README: ~15 GB in fp32).
+    # Their batch of 60 was split over 4 GPUs; here all 60 go on one (README: ~17 GB in fp32).
     "wt103-base": dict(
         model=dict(vocab_size=267_735, n_layer=16, n_head=10, d_model=410, d_head=41, d_inner=2100,
                    dropout=0.1, dropatt=0.0, tgt_len=150, mem_len=150, cutoffs=[20_000, 40_000, 200_000],
