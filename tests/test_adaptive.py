@@ -27,6 +27,7 @@ SETTINGS = {
     "div2": dict(div_val=2, tie_projs=[False, True, True]),
     "div4": dict(div_val=4, tie_projs=[True, False, True]),
     "div4-untied": dict(div_val=4, d_embed=32, tie_weights=False),
+    "no-cutoffs-proj": dict(cutoffs=[], d_embed=8, tie_projs=[True]),  # one projected softmax
 }
 
 

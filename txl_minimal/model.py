@@ -14,7 +14,8 @@ The relative attention score between query i and key j:
            + v^T Wk,R R_{i-j}           (d) global positional bias
 
 Also here: the vanilla baseline, ``attn_type="abs"`` (and ``"abs_far"``, the authors' variant
-that gives the memory farther positions); Shaw et al. and adaptive span are in ``variants.py``.
+that gives the memory farther positions); Shaw et al. and adaptive span are in ``variants.py``;
+the word-level embedding and softmax (``cutoffs``: adaptive input and softmax) in ``adaptive.py``.
 Only torch is needed (the package adds ``validation.py``'s clear errors). Names are the authors':
 ``r_w_bias`` is u, ``r_r_bias`` is v (``checkpoint.load_official_state_dict`` reads their weights).
 Shapes are batch first: tokens (B, T), states (B, T, d_model), scores (B, H, T, klen).
