@@ -128,7 +128,8 @@ def test_no_cutoffs_is_todays_model_bit_for_bit():
     same_width, after3 = build(cutoffs=[], d_embed=TINY["d_model"])
     assert list(plain.state_dict())[:5] == TODAY_KEYS and plain.crit is None
     assert isinstance(plain.word_emb, torch.nn.Embedding)
-    assert weights_sha256(plain.state_dict()) == TODAY_SHA256
+    assert weights_sha256(plain.state_dict()) == TODAY_SHA256, (
+        "the init of a model without cutoffs changed; if on purpose (a new layout), update TODAY_SHA256")
     for other, rng in ((spelled, after2), (same_width, after3)):
         assert weights_sha256(other.state_dict()) == weights_sha256(plain.state_dict()) and torch.equal(rng, after)
         x = every_cluster()[:, :6] % 27
