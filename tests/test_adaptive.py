@@ -212,3 +212,15 @@ def test_tie_shares_the_authors_parameters():
     tie(emb, crit, True, [True, True, True])  # div_val 1, d_embed == d_proj: no projection to share
     assert crit.out_layers[0].weight is emb.emb_layers[0].weight and len(emb.emb_projs) == 0
     assert list(crit.out_projs) == [None, None, None]
+
+
+def test_bf16_autocast_training_step(tiny_model):
+    """Under autocast the clusters' pieces are bf16; the log-softmax and the NLL stay float32."""
+    model = words_model(tiny_model, "div4", dtype=torch.float32).train()
+    x, y = every_cluster(seed=3), every_cluster(seed=4)
+    exact = model(x, targets=y).loss.item()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(x, targets=y)
+    assert out.nll.dtype == torch.float32 and out.loss.item() == pytest.approx(exact, abs=0.05)
+    out.loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters())

@@ -104,7 +104,7 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
             nn.init.normal_(self.cluster_weight, 0.0, 0.02)
         self.out_layers = nn.ModuleList()
         self.out_projs = nn.ParameterList()
-        if div_val == 1:  # one output layer sliced per cluster; a projection per cluster if widths differ
+        if div_val == 1:  # one output layer split per cluster; a projection per cluster if widths differ
             self.out_layers.append(nn.Linear(d_embed, n_token))
             for _ in self.bounds:
                 self.out_projs.append(nn.Parameter(torch.empty(d_proj, d_embed)) if d_proj != d_embed else None)
