@@ -6,6 +6,7 @@ The public API, by module (each imports only those above it; model.py needs torc
 plus validation.py's clear errors inside the package):
 
     model        TXLConfig, TransformerXL, TXLOutput             (the paper, Sec. 3; token ids in and out)
+    adaptive     AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax   (words: TXLConfig(cutoffs=[...]))
     variants     Shaw et al.'s encoding, adaptive span (registered on import)
     data         load_corpus, Corpus, LMOrderedIterator, encode, decode, as_ids, VOCAB,
                  generate_text(model, "the king ", n_new)        (text in, text out)
