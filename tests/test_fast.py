@@ -75,7 +75,8 @@ def test_rel_shift_view_of_a_non_contiguous_tensor():
 # 3. the model: fast == explicit, in training and over segments of an evaluation ---------
 CONFIGS = [dict(), dict(untie_r=True), dict(pre_lnorm=True), dict(same_length=True), dict(clamp_len=3),
            dict(attn_type="abs"), dict(attn_type="abs_far"), dict(attn_type="shaw"),
-           dict(adaptive_span=True, span_ramp=2, span_init=0.3), dict(mem_len=3), dict(mem_len=0)]
+           dict(adaptive_span=True, span_ramp=2, span_init=0.3), dict(mem_len=3), dict(mem_len=0),
+           dict(cutoffs=[10, 20], div_val=2)]
 
 
 def _segments(model, xs, fast_on: bool, train: bool):
@@ -87,10 +88,12 @@ def _segments(model, xs, fast_on: bool, train: bool):
     with torch.set_grad_enabled(train):
         for x in xs:
             out = model(x, mems, targets=x)
+            assert out.nll is not None
             if train:
                 out.loss.backward()
             mems = out.mems
-            lps.append(out.logits.log_softmax(-1).detach())
+            # (training with the adaptive softmax gives only the targets' log-probabilities)
+            lps.append((-out.nll if out.logits is None else out.logits.log_softmax(-1)).detach())
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return lps, grads, mems
 

@@ -19,7 +19,8 @@ ALLOWED = {
     "wikifil": set(),
     "validation": set(),  # torch only: the model's clear errors (text is encoded in data.py)
     "fast": set(),  # torch only: the model's fast paths (model.py copied alone runs without them)
-    "model": {"validation", "fast"},  # only inside the package: model.py copied alone runs without them
+    "adaptive": set(),  # torch only: the word-level embedding and softmax
+    "model": {"validation", "fast", "adaptive"},  # only inside the package: model.py copied alone runs without them
     "data": {"utils"},  # generate_text calls model.generate without importing the model
     "variants": {"model"},
     "flops": {"model"},
