@@ -20,11 +20,17 @@ import argparse
 import ast
 import contextlib
 import csv
+import functools
 import gc
 import itertools
+import json
 import math
 import os
+import shlex
+import signal
+import socket
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -43,6 +49,7 @@ from txl_minimal.utils import (LN2, default_device, int_at_least, remove_leftove
 
 CSV_COLUMNS = ("step", "tokens", "wall_time_s", "lr", "train_loss", "train_bpc", "valid_bpc")
 RUN_FILES = ("ckpt.pt", "log.csv")  # what a run writes in its --out directory
+LOCK = "train.lock"  # OUT/train.lock: the pid, host and start of the training writing there
 CHOICES = dict(corpus=("text8", "text8-mini", "auto"), amp=("auto", "bf16", "fp16", "off"))
 
 
@@ -186,6 +193,7 @@ class TrainResult:
     tokens_per_s: float
     wall_time_s: float
     out: Path
+    complete: bool = False  # resume=True found the run already at its last step: nothing was trained
 
 
 def _distributed() -> tuple[int, int, int]:
@@ -359,6 +367,151 @@ def _check_replicas_agree(model: TransformerXL, world: int) -> None:
         raise RuntimeError("DDP ranks ended with different weights; this is a bug")
 
 
+# ----------------------------------------------------------------------------- one run per --out, Ctrl-C
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during ``train``: the step in progress was finished and saved in ``path``."""
+
+    def __init__(self, step: int, path: Path):
+        super().__init__(f"training interrupted at step {step}: {path} holds that step. "
+                         "Resume with --resume (train(..., resume=True)), which continues bit-exactly.")
+        self.step, self.path = step, path
+
+
+class _Stop:
+    """Set by the first Ctrl-C (SIGINT) while ``train`` runs: the loop saves after the current step."""
+
+    requested = False
+
+
+def _on_sigint(signum, frame) -> None:
+    if _Stop.requested:  # a second Ctrl-C: stop at once, without a checkpoint
+        raise KeyboardInterrupt
+    _Stop.requested = True
+    print("\nCtrl-C: finishing this step and saving a checkpoint (Ctrl-C again to stop without one)",
+          file=sys.stderr, flush=True)
+
+
+def _check_out_is_folder(out_dir: Path) -> None:
+    """FileExistsError if ``out_dir`` or a folder above it is a file."""
+    for path in (out_dir, *out_dir.parents):
+        if path.exists():
+            if not path.is_dir():
+                raise FileExistsError(f"--out {out_dir}: {path} is a file, but --out must be a folder (the run's "
+                                      "ckpt.pt and log.csv go in it). Fix: name a new or existing folder.")
+            return
+
+
+def _read_lock(path: Path) -> Optional[dict]:
+    """The holder a lock file names, or None if it is unreadable (waits 1 s for a lock being written)."""
+    for _ in range(10):
+        try:
+            holder = json.loads(path.read_text())
+            if isinstance(holder, dict) and {"pid", "host", "started"} <= set(holder):
+                return holder
+        except FileNotFoundError:
+            return {}
+        except (ValueError, OSError):
+            pass
+        time.sleep(0.1)
+    return None
+
+
+def _is_stale(holder: Optional[dict]) -> bool:
+    """A lock nobody holds any more: unreadable, or its process on this host has ended."""
+    if holder is None:
+        return True
+    if holder.get("host") != socket.gethostname():
+        return False  # another machine's process: we cannot tell
+    try:
+        os.kill(int(holder["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, ValueError, OverflowError):  # PermissionError: alive, another user's
+        pass
+    return False
+
+
+def _lock_out(out_dir: Path) -> Path:
+    """Create OUT/train.lock with O_CREAT|O_EXCL, holding this process's pid, host and start time:
+    of two trainings started together exactly one gets it, the other gets a FileExistsError
+    naming the holder. A lock whose process has ended (killed, crashed) is taken over, with a message."""
+    _check_out_is_folder(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / LOCK
+    me = dict(pid=os.getpid(), host=socket.gethostname(), started=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = _read_lock(path)
+            if holder == {}:  # released while we looked
+                continue
+            if not _is_stale(holder):
+                raise FileExistsError(
+                    f"{out_dir}/ is in use by another training (pid {holder['pid']} on {holder['host']}, started "
+                    f"{holder['started']}; see {path}). Fix: wait for it to end, or use another --out; if that "
+                    f"process is not a training of this folder any more, delete {path}.") from None
+            what = "an unreadable lock" if holder is None else \
+                f"the lock of pid {holder['pid']} (started {holder['started']}), which is no longer running"
+            print(f"{out_dir}/: taking over {what}", file=sys.stderr, flush=True)
+            if _read_lock(path) == holder:  # not replaced meanwhile by a live run
+                path.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as f:
+            json.dump(me, f)
+        return path
+    raise FileExistsError(f"could not lock {path}: other trainings keep taking it. Fix: use another --out.")
+
+
+def _unlock(path: Path) -> None:
+    """Remove our lock (not one another process has taken over since)."""
+    if (_read_lock(path) or {}).get("pid") == os.getpid():
+        path.unlink(missing_ok=True)
+
+
+def _one_run_per_out(train_fn):
+    """``train`` holding OUT/train.lock (rank 0), with Ctrl-C saving the step in progress (one process)."""
+    @functools.wraps(train_fn)
+    def run(model_cfg: TXLConfig, cfg: TrainConfig, *args, **kwargs) -> TrainResult:
+        replace(cfg)  # an impossible config is refused before anything is written
+        rank, world, _ = _distributed()
+        out_dir = Path(cfg.out)
+        created = not out_dir.exists()
+        lock = _lock_out(out_dir) if rank == 0 else None
+        catch = world == 1 and threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, _on_sigint) if catch else None
+        _Stop.requested = False
+        try:
+            return train_fn(model_cfg, cfg, *args, **kwargs)
+        finally:
+            if catch:
+                signal.signal(signal.SIGINT, previous)
+            _Stop.requested = False
+            if lock is not None:
+                _unlock(lock)
+                if created and not any(out_dir.iterdir()):  # refused before writing: leave no trace
+                    out_dir.rmdir()
+    return run
+
+
+def _finished(model: TransformerXL, step: int, cfg: TrainConfig, out_dir: Path) -> TrainResult:
+    """What ``train(resume=True)`` returns for a run already at its last step, after saying so."""
+    rows = list(csv.DictReader(open(out_dir / "log.csv"))) if (out_dir / "log.csv").exists() else []
+    last = lambda key: next((float(r[key]) for r in reversed(rows) if r.get(key)), float("nan"))
+    print(f"{out_dir}/ holds a complete run: step {step} of max_steps {cfg.max_steps}; nothing to train. "
+          f"To train it longer, resume with a higher limit: --resume --max-steps {2 * step} "
+          "(train(..., resume=True) with TrainConfig.max_steps raised); --stop-at must lie beyond "
+          f"step {step}.")
+    return TrainResult(model.eval(), step, last("train_bpc"), last("valid_bpc"), 0.0, 0.0, out_dir, complete=True)
+
+
+def _resume_command(argv: list[str]) -> str:
+    """The command line that continues an interrupted one."""
+    args = [a for a in argv if a not in ("--overwrite", "--resume")]
+    return shlex.join([sys.executable.rsplit("/", 1)[-1], "-m", "txl_minimal.train", *args, "--resume"])
+
+
 # ----------------------------------------------------------------------------- training
 
 def _last_step(cfg: TrainConfig, stop_at: Optional[int]) -> int:
@@ -369,6 +522,7 @@ def _last_step(cfg: TrainConfig, stop_at: Optional[int]) -> int:
     return min(cfg.max_steps, stop_at or cfg.max_steps)
 
 
+@_one_run_per_out
 def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = None,
           resume: bool = False, stop_at: Optional[int] = None, progress: bool = True,
           overwrite: bool = False, print_evals: bool = False) -> TrainResult:
@@ -397,6 +551,8 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     step, epoch, segment, elapsed, mems = 0, 0, 0, 0.0, None
     if resume:
         step, epoch, segment, elapsed, mems = _resume(ckpt_path, model_cfg, configs, parts, rank, world, device)
+        if step >= end:  # a finished run: say so, rather than log a run of no steps
+            return _finished(raw, step, cfg, out_dir)
     loader = _loader(corpus, cfg, model_cfg.tgt_len, rank, world, device)
     batches = itertools.islice(iter(loader), segment, None)  # resume: skip what was read
     model = _wrap(raw, cfg, world, device)
@@ -444,8 +600,15 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
             elapsed, t_wall = elapsed + time.perf_counter() - t_wall, time.perf_counter()
             _save(ckpt_path, parts, configs, step, epoch, segment, mems, elapsed, rank, world)
         bar.update(1)
+        if _Stop.requested:  # Ctrl-C: keep the step just finished (an evaluation step is saved already)
+            if not do_eval:
+                elapsed, t_wall = elapsed + time.perf_counter() - t_wall, time.perf_counter()
+                _save(ckpt_path, parts, configs, step, epoch, segment, mems, elapsed, rank, world)
+            break
     bar.close()
     log.close()
+    if _Stop.requested:
+        raise TrainingInterrupted(step, ckpt_path)
     _check_replicas_agree(raw, world)
     raw.eval()
     return TrainResult(raw, step, train_bpc, valid_bpc, tok_s, elapsed, out_dir)
@@ -508,6 +671,11 @@ def main(argv: Optional[list[str]] = None) -> None:
                     progress=terminal_progress(not args.no_progress), print_evals=True)
     except (ValueError, FileExistsError, FileNotFoundError, CorpusError) as e:  # bad input: no traceback
         p.error(str(e))
+    except TrainingInterrupted as e:  # Ctrl-C: saved; say how to go on
+        print(f"{e}\n  {_resume_command(sys.argv[1:] if argv is None else argv)}", file=sys.stderr)
+        sys.exit(130)
+    if res.complete:
+        return
     if _distributed()[0] == 0:
         print(f"step {res.step}: train bpc {res.train_bpc:.4f}, valid bpc {res.valid_bpc:.4f}, "
               f"{res.tokens_per_s:,.0f} tokens/s, {res.wall_time_s:.0f} s -> {res.out}")
