@@ -13,6 +13,8 @@ t+1 continues row b of step t; the memory is reset when a pass over the data beg
 Every ``eval_interval`` steps the valid bpc is measured and OUT/ckpt.pt written;
 ``python -m txl_minimal.evaluate OUT`` scores a run afterwards. A run already in OUT
 is never replaced silently: continue it with --resume or replace it with --overwrite.
+OUT/train.lock keeps a second training out of OUT while one runs; Ctrl-C finishes the step
+in progress, saves it to OUT/ckpt.pt and prints the --resume command that continues it.
 """
 from __future__ import annotations
 
@@ -479,7 +481,8 @@ def _one_run_per_out(train_fn):
         out_dir = Path(cfg.out)
         created = not out_dir.exists()
         lock = _lock_out(out_dir) if rank == 0 else None
-        catch = world == 1 and threading.current_thread() is threading.main_thread()
+        catch = (world == 1 and threading.current_thread() is threading.main_thread()
+                 and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN)  # started to ignore Ctrl-C: keep that
         previous = signal.signal(signal.SIGINT, _on_sigint) if catch else None
         _Stop.requested = False
         try:
