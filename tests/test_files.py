@@ -361,7 +361,7 @@ def test_two_trainings_started_together_into_one_out(tmp_path):
 
 # 6. Ctrl-C saves the step; resume ends bit-exactly where an uninterrupted run does --------------
 
-def test_ctrl_c_saves_a_resumable_checkpoint_and_resume_is_bit_exact(tmp_path):
+def test_ctrl_c_saves_a_resumable_checkpoint_and_resume_is_bit_exact(tmp_path, monkeypatch):
     steps, args = 600, ["--set", *TINY_SET, "dropout=0.1", "log_interval=5", "eval_interval=200"]
     out = tmp_path / "interrupted"
     p = subprocess.Popen(cli(out, "--max-steps", str(steps), *args), env=ENV, stdout=subprocess.PIPE,
@@ -381,9 +381,8 @@ def test_ctrl_c_saves_a_resumable_checkpoint_and_resume_is_bit_exact(tmp_path):
     resumed = subprocess.run(cli(out, "--max-steps", str(steps), *args, "--resume"), env=ENV,
                              capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
-    straight = subprocess.run(cli(tmp_path / "straight", "--max-steps", str(steps), *args), env=ENV,
-                              capture_output=True, text=True)
-    assert straight.returncode == 0, straight.stderr
+    monkeypatch.setenv("TXL_CORPUS", "text8-mini")
+    train_main(cli(tmp_path / "straight", "--max-steps", str(steps), *args)[3:])  # in this process: one start-up less
     a, b = load_checkpoint(out / "ckpt.pt"), load_checkpoint(tmp_path / "straight" / "ckpt.pt")
     assert a["step"] == b["step"] == steps and a["model_config"]["dropout"] == 0.1
     for key in ("model", "optimizer"):
@@ -446,3 +445,42 @@ def test_text8_dir_with_home_unset_and_data_dir_missing(tmp_path, monkeypatch):
     monkeypatch.setenv("TXL_DATA_DIR", str(tmp_path / "missing"))
     with pytest.raises(CorpusError, match=f"text8 not found in {re.escape(str(tmp_path / 'missing'))}.*Fix"):
         data.load_corpus("text8", download=False)
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_damaged_log_on_resume(run_dir, tmp_path, how):
+    out = tmp_path / "run"
+    shutil.copytree(run_dir, out)
+    log, ckpt = out / "log.csv", (out / "ckpt.pt").read_bytes()
+    rows = log.read_text().splitlines()
+    damage(log, how, (ROOT / "results" / "long_range.json").read_bytes())
+    if how == "truncated":  # a kill mid-write: the last line cut short
+        log.write_text("\n".join(rows[:3]) + "\n" + rows[3][:10])
+    resume = lambda: train(tiny_cfg(), tiny_train_cfg(out, max_steps=9, eval_interval=3),  # noqa: E731
+                           synthetic_corpus("the cat sat "), resume=True, progress=False)
+    if how in ("random bytes", "wrong content"):
+        before = log.read_bytes()
+        with pytest.raises(ValueError, match=f"{re.escape(str(log))} is damaged.*Fix: restore.*move it aside"):
+            resume()
+        assert log.read_bytes() == before and (out / "ckpt.pt").read_bytes() == ckpt  # nothing written
+    else:
+        with pytest.warns(UserWarning, match="cut short" if how == "truncated" else "is empty"):
+            resume()
+        steps = [int(r["step"]) for r in csv.DictReader(open(log))]
+        assert steps == ([2, 3] if how == "truncated" else []) + [8, 9]  # rows 4, 6 were lost with the file
+
+
+def test_shipping_a_run_records_it_in_the_manifest(run_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(pretrained, "PRETRAINED_DIR", tmp_path / "package")
+    monkeypatch.setattr(checkpoint, "PRETRAINED_DIR", tmp_path / "package")
+    path = pretrained.export_pretrained(run_dir, "txl")
+    manifest = json.loads((tmp_path / "package" / MANIFEST).read_text())
+    assert manifest["txl.pt"] == dict(bytes=path.stat().st_size, sha256=file_sha256(path))
+    assert set(manifest) == {"txl.pt", "txl.log.csv"}
+    assert pretrained.load_pretrained("txl").cfg.d_model == 16  # loads against its new entry
+
+
+def test_a_damaged_manifest_is_named(shipped_copy):
+    (shipped_copy / MANIFEST).write_text('{"txl-tiny.pt": {"bytes": 3')
+    with pytest.raises(ValueError, match=f"{re.escape(str(shipped_copy / MANIFEST))} is damaged.*not valid JSON"):
+        pretrained.load_pretrained("txl-tiny")

@@ -34,6 +34,7 @@ import socket
 import sys
 import threading
 import time
+import warnings
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Optional
@@ -324,6 +325,43 @@ def _mean_loss(losses: list[float], world: int, device: torch.device) -> float:
     return mean.item()
 
 
+def _log_rows(path: Path, step: int) -> list[dict]:
+    """The rows of a run's log.csv up to ``step``, which a resume keeps. A last line cut short
+    (a killed run) is dropped with a warning; other damage is a ValueError naming the file,
+    raised before anything is written."""
+    fix = (f"Fix: restore {path}, or move it aside: the run then resumes from its checkpoint (step {step}) "
+           "with a log that starts there.")
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is damaged (not text). {fix}") from None
+    if not text.strip():
+        warnings.warn(f"{path} is empty: the resumed run's log starts at step {step}", stacklevel=3)
+        return []
+    if not text.endswith("\n"):  # the last row's write was cut short
+        warnings.warn(f"{path}: dropping its last line, cut short: {text[text.rfind(chr(10)) + 1:][:60]!r}",
+                      stacklevel=3)
+        text = text[:text.rfind("\n") + 1]
+    reader = csv.DictReader(text.splitlines())
+    if tuple(reader.fieldnames or ()) != CSV_COLUMNS:
+        raise ValueError(f"{path} is damaged: its header is {text.splitlines()[0][:80]!r}, not {','.join(CSV_COLUMNS)}. {fix}")
+    rows = list(reader)
+    for line, row in enumerate(rows, 2):
+        if not _row_ok(row):
+            raise ValueError(f"{path} is damaged (line {line}: {','.join(map(str, row.values()))[:80]!r}). {fix}")
+    return [r for r in rows if int(r["step"]) <= step]
+
+
+def _row_ok(row: dict) -> bool:
+    """A log.csv row with every column and numbers in them (valid_bpc may be empty)."""
+    try:
+        int(row["step"])
+        [float(row[k]) for k in CSV_COLUMNS if k != "valid_bpc" or row[k]]
+    except (TypeError, ValueError):  # float(None): a missing column
+        return False
+    return None not in row  # None: the key of surplus columns
+
+
 class CSVLog:
     """OUT/log.csv; a resumed run keeps the rows up to its checkpoint. Only rank 0
     writes one: on the other ranks (``write=False``) the methods do nothing."""
@@ -332,10 +370,7 @@ class CSVLog:
         self.file = None
         if not write:
             return
-        rows = []
-        if resume and path.exists():
-            with path.open() as f:
-                rows = list(csv.DictReader(f))
+        rows = _log_rows(path, step) if resume and path.exists() else []
         path.parent.mkdir(parents=True, exist_ok=True)
         self.file = path.open("w", newline="")
         self.writer = csv.DictWriter(self.file, CSV_COLUMNS, lineterminator="\n")
@@ -500,7 +535,10 @@ def _one_run_per_out(train_fn):
 
 def _finished(model: TransformerXL, step: int, cfg: TrainConfig, out_dir: Path) -> TrainResult:
     """What ``train(resume=True)`` returns for a run already at its last step, after saying so."""
-    rows = list(csv.DictReader(open(out_dir / "log.csv"))) if (out_dir / "log.csv").exists() else []
+    try:  # the log only supplies the last numbers shown
+        rows = _log_rows(out_dir / "log.csv", step) if (out_dir / "log.csv").exists() else []
+    except ValueError:
+        rows = []
     last = lambda key: next((float(r[key]) for r in reversed(rows) if r.get(key)), float("nan"))
     print(f"{out_dir}/ holds a complete run: step {step} of max_steps {cfg.max_steps}; nothing to train. "
           f"To train it longer, resume with a higher limit: --resume --max-steps {2 * step} "
