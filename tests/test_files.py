@@ -484,3 +484,21 @@ def test_a_damaged_manifest_is_named(shipped_copy):
     (shipped_copy / MANIFEST).write_text('{"txl-tiny.pt": {"bytes": 3')
     with pytest.raises(ValueError, match=f"{re.escape(str(shipped_copy / MANIFEST))} is damaged.*not valid JSON"):
         pretrained.load_pretrained("txl-tiny")
+
+
+@pytest.mark.parametrize("how", [*DAMAGES, "NaN weights"])
+def test_recall_model(tmp_path, how):
+    """The long-range task's models that notebooks 03 and 06 load (results/long_range, results/lstm_text)."""
+    from txl_minimal.tasks import load_recall_model
+    path = tmp_path / "xl.pt"
+    shutil.copy(ROOT / "results" / "long_range" / "xl.pt", path)
+    if how == "NaN weights":
+        state = torch.load(path, weights_only=True)
+        state["state_dict"]["out_bias"] = state["state_dict"]["out_bias"] * float("nan")
+        torch.save(state, path)
+    else:
+        damage(path, how, (ROOT / "results" / "long_range" / "lstm.pt").read_bytes()[:-1])
+    expected = "NaN or inf in weights out_bias" if how == "NaN weights" else "not a recall model"
+    with pytest.raises(ValueError, match=f"{re.escape(str(path))} is damaged.*{expected}.*Fix: git checkout"):
+        load_recall_model(path)
+    assert load_recall_model(ROOT / "results" / "long_range" / "lstm.pt").training is False

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from txl_minimal.model import TransformerXL, TXLConfig
-from txl_minimal.utils import atomic_write, check_shipped
+from txl_minimal.utils import atomic_write, check_shipped, non_finite
 
 PRETRAINED_DIR = Path(__file__).resolve().with_name("pretrained")  # the models shipped with the package
 NAMES = ("txl", "vanilla", "txl-tiny", "vanilla-tiny")  # see pretrained.py
@@ -170,13 +170,9 @@ def _damage(ckpt, path: str | Path) -> Optional[str]:
 
 def _non_finite(weights: dict, what: str) -> Optional[str]:
     """'NaN or inf in ...' naming the first floating tensor with such values, or None."""
-    for name, t in weights.items():
-        if not isinstance(t, torch.Tensor):
-            return f"{what} entry {name} is a {type(t).__name__}, not a tensor"
-        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            return (f"NaN or inf in {what} {name} ({int((~torch.isfinite(t)).sum())} of {t.numel()} values): "
-                    "a diverged run or an edited file; evaluate an earlier checkpoint, or train again with a lower lr")
-    return None
+    problem = non_finite(weights, what)
+    return problem and f"{problem}: a diverged run or an edited file; evaluate an earlier checkpoint, " \
+                       "or train again with a lower lr"
 
 
 def model_from_checkpoint(ckpt: dict, device: str | torch.device = "cpu") -> TransformerXL:
@@ -207,9 +203,9 @@ def load_official_state_dict(model: TransformerXL, sd: dict[str, torch.Tensor]) 
     if model.cfg.attn_type != "rel":
         raise ValueError("only attn_type='rel' has an official counterpart")
     from_official = {v: k for k, v in _OFFICIAL.items()}
-    problem = _non_finite(sd, "official state dict tensor")
+    problem = non_finite(sd, "official state dict tensor")
     if problem:
-        raise ValueError(f"{problem.split(': a diverged')[0]}. Fix: load an intact copy of the authors' checkpoint.")
+        raise ValueError(f"{problem}. Fix: load an intact copy of the authors' checkpoint.")
     expected = model.state_dict()
     for key, t in sd.items():
         ours_key = from_official.get(key, key)

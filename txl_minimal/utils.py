@@ -171,3 +171,14 @@ def update_manifest(path: str | Path) -> None:
     manifest[path.name] = dict(bytes=path.stat().st_size, sha256=file_sha256(path))
     text = json.dumps(dict(sorted(manifest.items())), indent=1) + "\n"
     atomic_write(manifest_path, lambda f: f.write(text.encode()))
+
+
+def non_finite(tensors: dict, what: str = "tensor") -> str | None:
+    """'NaN or inf in {what} NAME (k of n values)' for the first floating tensor holding such
+    values (or 'NAME is a ..., not a tensor'), else None."""
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            return f"{what} entry {name} is a {type(t).__name__}, not a tensor"
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            return f"NaN or inf in {what} {name} ({int((~torch.isfinite(t)).sum())} of {t.numel()} values)"
+    return None
