@@ -26,11 +26,10 @@ import torch
 
 from tiny import ROOT, synthetic_corpus, tiny_cfg, tiny_train_cfg
 from txl_minimal import checkpoint, data, pretrained
-from txl_minimal.checkpoint import (_feed, load_checkpoint, load_official_state_dict, official_state_dict,
-                                    save_checkpoint, state_sha256)
+from txl_minimal.checkpoint import _feed, load_checkpoint, load_official_state_dict, official_state_dict, state_sha256
 from txl_minimal.data import CorpusError, load_text8, load_text8_mini
 from txl_minimal.evaluate import main as evaluate_main
-from txl_minimal.train import LOCK, TrainConfig, main as train_main, preset, train
+from txl_minimal.train import LOCK, main as train_main, preset, train
 from txl_minimal.tutorial.ablation import load_results
 from txl_minimal.utils import MANIFEST, file_sha256, shipped_fix
 
@@ -409,6 +408,11 @@ def test_resume_of_a_finished_run_on_the_command_line_exits_0(tmp_path, capsys):
     train_main([*argv, "--resume"])  # returns: exit status 0
     out = capsys.readouterr().out
     assert "holds a complete run: step 4 of max_steps 4" in out and "nan" not in out and "tokens/s" not in out
+    argv[argv.index("4")] = "8"
+    train_main([*argv, "--resume", "--stop-at", "3"])
+    assert "is at step 4, already past --stop-at 3; nothing to train" in capsys.readouterr().out
+    train_main([*argv, "--resume"])  # the advice works: on to step 8
+    assert load_checkpoint(tmp_path / "ckpt.pt")["step"] == 8
 
 
 # 7. kept right: each gets a test -----------------------------------------------------------------

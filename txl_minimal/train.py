@@ -342,6 +342,8 @@ def _log_rows(path: Path, step: int) -> list[dict]:
         warnings.warn(f"{path}: dropping its last line, cut short: {text[text.rfind(chr(10)) + 1:][:60]!r}",
                       stacklevel=3)
         text = text[:text.rfind("\n") + 1]
+        if not text:  # the header itself was cut: no rows to keep
+            return []
     reader = csv.DictReader(text.splitlines())
     if tuple(reader.fieldnames or ()) != CSV_COLUMNS:
         raise ValueError(f"{path} is damaged: its header is {text.splitlines()[0][:80]!r}, not {','.join(CSV_COLUMNS)}. {fix}")
@@ -533,17 +535,23 @@ def _one_run_per_out(train_fn):
     return run
 
 
-def _finished(model: TransformerXL, step: int, cfg: TrainConfig, out_dir: Path) -> TrainResult:
-    """What ``train(resume=True)`` returns for a run already at its last step, after saying so."""
+def _finished(model: TransformerXL, step: int, end: int, cfg: TrainConfig, out_dir: Path) -> TrainResult:
+    """What ``train(resume=True)`` returns for a run already at its last step ``end``, after saying so."""
     try:  # the log only supplies the last numbers shown
         rows = _log_rows(out_dir / "log.csv", step) if (out_dir / "log.csv").exists() else []
     except ValueError:
         rows = []
-    last = lambda key: next((float(r[key]) for r in reversed(rows) if r.get(key)), float("nan"))
-    print(f"{out_dir}/ holds a complete run: step {step} of max_steps {cfg.max_steps}; nothing to train. "
-          f"To train it longer, resume with a higher limit: --resume --max-steps {2 * step} "
-          "(train(..., resume=True) with TrainConfig.max_steps raised); --stop-at must lie beyond "
-          f"step {step}.")
+
+    def last(key: str) -> float:
+        return next((float(r[key]) for r in reversed(rows) if r.get(key)), float("nan"))
+
+    if end < cfg.max_steps:  # stop_at / --stop-at at or before the checkpoint
+        print(f"{out_dir}/ is at step {step}, already past --stop-at {end}; nothing to train. "
+              f"Fix: a later --stop-at, or none to go on to max_steps {cfg.max_steps}.")
+    else:
+        print(f"{out_dir}/ holds a complete run: step {step} of max_steps {cfg.max_steps}; nothing to train. "
+              f"To train it longer, resume with a higher limit: --resume --max-steps {2 * step} "
+              "(train(..., resume=True) with TrainConfig.max_steps raised).")
     return TrainResult(model.eval(), step, last("train_bpc"), last("valid_bpc"), 0.0, 0.0, out_dir, complete=True)
 
 
@@ -593,7 +601,7 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     if resume:
         step, epoch, segment, elapsed, mems = _resume(ckpt_path, model_cfg, configs, parts, rank, world, device)
         if step >= end:  # a finished run: say so, rather than log a run of no steps
-            return _finished(raw, step, cfg, out_dir)
+            return _finished(raw, step, end, cfg, out_dir)
     loader = _loader(corpus, cfg, model_cfg.tgt_len, rank, world, device)
     batches = itertools.islice(iter(loader), segment, None)  # resume: skip what was read
     model = _wrap(raw, cfg, world, device)
