@@ -190,13 +190,17 @@ def test_checkpoint_without_checksum_loads_with_a_warning(tiny_checkpoint):
         assert load_checkpoint(tiny_checkpoint)["model_sha256"]
 
 
-def test_evaluate_cli_fails_on_a_damaged_checkpoint_or_a_nan_bpc(tiny_checkpoint, capsys):
+def test_evaluate_cli_fails_on_a_damaged_checkpoint_or_nan_weights(tiny_checkpoint, capsys):
     ckpt = torch.load(tiny_checkpoint, weights_only=True)
     argv = [str(tiny_checkpoint), "--corpus", "text8-mini", "--max-predictions", "20", "--no-progress"]
-    save_checkpoint(dict(ckpt, model={k: v * float("nan") for k, v in ckpt["model"].items()}), tiny_checkpoint)
-    with pytest.raises(SystemExit) as exit_:  # a diverged model: the number printed, then exit 1
-        evaluate_main(argv)
-    assert exit_.value.code and "bpc nan" in capsys.readouterr().out and "not finite" in str(exit_.value.code)
+    weights = dict(ckpt["model"], out_bias=ckpt["model"]["out_bias"].clone().index_fill_(0, torch.tensor([3]), float("nan")))
+    save_checkpoint(dict(ckpt, model=weights), tiny_checkpoint)  # a diverged run (checksums match)
+    err = cli_error(evaluate_main, argv, capsys)  # refused before a bpc nan is computed
+    assert "NaN or inf in weights out_bias (1 of 27 values)" in err and "Traceback" not in err
+    save_checkpoint(dict(ckpt, model=dict(ckpt["model"], out_bias=ckpt["model"]["out_bias"] + float("inf"))),
+                    tiny_checkpoint)
+    with pytest.raises(ValueError, match="NaN or inf in weights out_bias"):
+        load_checkpoint(tiny_checkpoint)
     tiny_checkpoint.write_bytes(b"")
     assert "is corrupt or incomplete" in cli_error(evaluate_main, argv, capsys)
 

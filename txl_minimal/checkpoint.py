@@ -7,7 +7,10 @@ A training checkpoint (``train.py``) holds ``format``, ``model``, ``optimizer``,
 (epoch, segment), ``mems``, ``rng`` (one state per rank) and ``wall_time_s``; a
 shipped one (``pretrained.py``) only the weights, the configs, step and wall time;
 one written by ``save`` only the weights and the model config. Each also holds
-``model_sha256``, the checksum of its weights (``weights_sha256``).
+``model_sha256``, the checksum of its weights (``weights_sha256``), and (format 2) ``state_sha256``,
+the checksum of everything else in it (``state_sha256``): a resume uses the optimiser, schedule,
+memory, RNG state and step counters too, so a flipped bit anywhere is refused. Shipped files are
+also checked against pretrained/MANIFEST.json (size and SHA-256 of the file) before loading.
 """
 from __future__ import annotations
 
@@ -21,11 +24,13 @@ import numpy as np
 import torch
 
 from txl_minimal.model import TransformerXL, TXLConfig
-from txl_minimal.utils import atomic_write
+from txl_minimal.utils import atomic_write, check_shipped, non_finite
 
 PRETRAINED_DIR = Path(__file__).resolve().with_name("pretrained")  # the models shipped with the package
 NAMES = ("txl", "vanilla", "txl-tiny", "vanilla-tiny")  # see pretrained.py
 CHECKSUM = "model_sha256"  # the entry holding weights_sha256(checkpoint["model"])
+STATE_CHECKSUM = "state_sha256"  # the entry holding state_sha256(checkpoint): every other entry
+FORMAT = 2  # 2: with STATE_CHECKSUM, which a format-2 file must hold
 DAMAGED_FIX = ("Fix: use an intact copy (a shipped model: git checkout txl_minimal/pretrained, or reinstall "
                "the package) or train it again; for a bare state_dict, save the model with "
                "txl_minimal.save(model, path).")
@@ -48,11 +53,43 @@ def weights_sha256(state_dict: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
+def _feed(h: "hashlib._Hash", value) -> None:
+    """Hash ``value`` in a canonical form: type-tagged, dict keys sorted, tensors by dtype, shape, bytes."""
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu().contiguous()
+        h.update(f"T{t.dtype}{tuple(t.shape)}:".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    elif isinstance(value, dict):
+        h.update(f"D{len(value)}:".encode())
+        for key in sorted(value, key=repr):
+            _feed(h, key)
+            _feed(h, value[key])
+    elif isinstance(value, (list, tuple)):  # torch.load may give a tuple back as a list
+        h.update(f"L{len(value)}:".encode())
+        for item in value:
+            _feed(h, item)
+    elif value is None or isinstance(value, (bool, int, float, str)):
+        h.update(f"{type(value).__name__}:{value!r};".encode())  # repr: floats round-trip exactly
+    else:
+        raise TypeError(f"state_sha256 cannot hash a {type(value).__name__}")
+
+
+def state_sha256(state: dict) -> str:
+    """SHA-256 of a canonical serialization of every entry but the two checksums: the
+    weights, optimiser, scheduler, scaler, memory, RNG states, step counters and configs."""
+    h = hashlib.sha256()
+    _feed(h, {k: v for k, v in state.items() if k not in (CHECKSUM, STATE_CHECKSUM)})
+    return h.hexdigest()
+
+
 def save_checkpoint(state: dict, path: str | Path) -> None:
     """torch.save ``state`` atomically (a crash mid-write leaves the previous file intact),
-    with the checksum of its ``model`` weights, which ``load_checkpoint`` verifies."""
+    with the checksums of its ``model`` weights and of everything in it, which
+    ``load_checkpoint`` verifies."""
+    state = {**state, "format": FORMAT}
     if "model" in state:
-        state = {**state, CHECKSUM: weights_sha256(state["model"])}
+        state[CHECKSUM] = weights_sha256(state["model"])
+    state[STATE_CHECKSUM] = state_sha256(state)
     atomic_write(path, lambda f: torch.save(state, f))
 
 
@@ -62,7 +99,7 @@ def save(model: torch.nn.Module, path: str | Path) -> None:
     ``python -m txl_minimal.evaluate PATH --corpus text8-mini`` scores it."""
     model = unwrap(model)
     weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    save_checkpoint(dict(format=1, model=weights, model_config=model.cfg.to_dict()), path)
+    save_checkpoint(dict(model=weights, model_config=model.cfg.to_dict()), path)
 
 
 def load(path: str | Path, device: str | torch.device = "cpu") -> TransformerXL:
@@ -88,6 +125,7 @@ def load_checkpoint(path: str | Path, model_cfg: Optional[TXLConfig] = None,
     if not Path(path).exists():
         raise FileNotFoundError(f"no checkpoint at {path}. Fix: check the path (--out, or the "
                                 "checkpoint evaluated), or drop --resume to start afresh.")
+    check_shipped(path)  # a shipped model: its size and SHA-256 against pretrained/MANIFEST.json
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except PermissionError:
@@ -117,7 +155,24 @@ def _damage(ckpt, path: str | Path) -> Optional[str]:
                       "--update-json NAME)", stacklevel=3)
     elif weights_sha256(ckpt["model"]) != ckpt[CHECKSUM]:
         return "its weights do not match the SHA-256 saved with them"
-    return None
+    if ckpt.get("format", 1) >= 2 and STATE_CHECKSUM not in ckpt:
+        return f"format {ckpt['format']} but no {STATE_CHECKSUM} entry"
+    if STATE_CHECKSUM in ckpt:
+        try:
+            same = state_sha256(ckpt) == ckpt[STATE_CHECKSUM]
+        except TypeError as e:  # an entry no checkpoint here writes
+            return str(e)
+        if not same:
+            return ("its content (optimiser, scheduler, memory, RNG state, steps or configs) does not match "
+                    "the SHA-256 saved with it")
+    return _non_finite(ckpt["model"], "weights")
+
+
+def _non_finite(weights: dict, what: str) -> Optional[str]:
+    """'NaN or inf in ...' naming the first floating tensor with such values, or None."""
+    problem = non_finite(weights, what)
+    return problem and f"{problem}: a diverged run or an edited file; evaluate an earlier checkpoint, " \
+                       "or train again with a lower lr"
 
 
 def model_from_checkpoint(ckpt: dict, device: str | torch.device = "cpu") -> TransformerXL:
@@ -147,12 +202,23 @@ def load_official_state_dict(model: TransformerXL, sd: dict[str, torch.Tensor]) 
     """Load weights saved by the authors' ``MemTransformerLM`` into ``model``."""
     if model.cfg.attn_type != "rel":
         raise ValueError("only attn_type='rel' has an official counterpart")
+    problem = non_finite(sd, "official state dict tensor")
+    if problem:
+        raise ValueError(f"{problem}. Fix: load an intact copy of the authors' checkpoint.")
     if model.crit is not None:  # adaptive softmax: the names are the same; what it shares must agree
         _check_ties(model, sd)
         ours = dict(sd)
     else:
         from_official = {v: k for k, v in _OFFICIAL.items()}
         ours = {from_official.get(k, k): t for k, t in sd.items()}
+    expected = model.state_dict()
+    for key, t in ours.items():
+        if key in expected and tuple(t.shape) != tuple(expected[key].shape):
+            official = _OFFICIAL.get(key, key) if model.crit is None else key
+            raise ValueError(f"official state dict: {official} has shape {tuple(t.shape)}, this model expects "
+                             f"{tuple(expected[key].shape)}. Fix: build the model with the checkpoint's "
+                             "config (n_layer, n_head, d_model, d_head, d_inner, vocab_size, cutoffs, div_val).")
+    if model.crit is None:
         out = ours.pop("out_weight", None) if model.cfg.tie_weights else None
         if out is not None and not torch.equal(out, ours.get("word_emb.weight", out)):
             raise ValueError("crit.out_layers.0.weight differs from the input embedding: the checkpoint "

@@ -19,6 +19,7 @@ import tempfile
 import urllib.request
 import warnings
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -26,7 +27,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from txl_minimal.utils import atomic_write, remove_leftovers
+from txl_minimal.utils import atomic_write, check_shipped, remove_leftovers, shipped_fix
 
 VOCAB = " abcdefghijklmnopqrstuvwxyz"  # id 0 = space, 1 = a, ..., 26 = z
 VOCAB_SIZE = len(VOCAB)
@@ -135,7 +136,8 @@ def _unzip_and_check(zip_path: Path, src: Text8Source, data_dir: Path, what: str
     try:
         with zipfile.ZipFile(zip_path) as zf:
             text = zf.read(zf.namelist()[0])
-    except (zipfile.BadZipFile, IndexError, EOFError, OSError) as e:
+    except (zipfile.BadZipFile, IndexError, EOFError, OSError, zlib.error, NotImplementedError,
+            RuntimeError) as e:  # zlib.error: a damaged deflate stream; RuntimeError: encrypted
         raise CorpusError(f"{what} is not a valid zip (truncated or corrupted?): {e}. "
                           + _fix_hint(data_dir, src, placed)) from e
     _check_text(text, src, data_dir, what, placed)
@@ -207,7 +209,7 @@ def text8_dir(data_dir: str | Path | None = None) -> Path:
 def _read_cache(cache: list[Path], vocab_file: Path, src: Text8Source) -> tuple[list[np.ndarray], str | None]:
     """(the memory-mapped splits, None), or ([], what is wrong with the cache): a file cut
     short (a full disk, a killed copy) or one from another text8."""
-    if vocab_file.read_text() != VOCAB:
+    if vocab_file.read_bytes() != VOCAB.encode():
         return [], f"{vocab_file} holds another vocabulary"
     arrays = []
     for path, size in zip(cache, map(len, split_corpus(range(src.text_bytes)))):  # range: no copy
@@ -218,7 +220,19 @@ def _read_cache(cache: list[Path], vocab_file: Path, src: Text8Source) -> tuple[
         if arr.dtype != np.uint8 or arr.shape != (size,):
             return [], f"{path} holds {arr.shape} {arr.dtype}, not the {size:,} uint8 ids of its split"
         arrays.append(arr)
+    if _ids_md5(arrays) != src.text_md5:  # the right shapes, other ids (an edit, another corpus)
+        return [], f"{', '.join(p.name for p in cache)} do not hold text8 (their text's MD5 is not {src.text_md5})"
     return arrays, None
+
+
+def _ids_md5(arrays: list[np.ndarray], block: int = 1 << 24) -> str:
+    """MD5 of the text the id arrays spell, in order (a block at a time: no 100 MB copy);
+    an id outside the vocabulary spells a byte no text8 holds."""
+    h, to_byte = hashlib.md5(), np.append(_ID_TO_BYTE, np.zeros(256 - VOCAB_SIZE, np.uint8))
+    for arr in arrays:
+        for i in range(0, len(arr), block):
+            h.update(to_byte[arr[i:i + block]].tobytes())
+    return h.hexdigest()
 
 
 def load_text8(data_dir: str | Path | None = None, download: bool = True, *,
@@ -262,7 +276,19 @@ def load_text8_mini(path: str | Path = MINI_PATH) -> Corpus:
     if not path.exists():
         raise CorpusError(f"{path} is missing; it ships with the package (reinstall it), "
                           "or rebuild it with data/build_text8_mini.py")
-    return Corpus("text8-mini", *split_corpus(encode(gzip.decompress(path.read_bytes()))))
+    check_shipped(path, CorpusError)  # size and SHA-256 against corpus/MANIFEST.json
+    fix = shipped_fix(path) if path.resolve() == MINI_PATH else "Fix: rebuild it with data/build_text8_mini.py."
+    try:
+        text = gzip.decompress(path.read_bytes())
+    except (OSError, EOFError, zlib.error) as e:  # BadGzipFile is an OSError; EOFError: cut short
+        raise CorpusError(f"{path} is not a complete gzip file ({type(e).__name__}: {e}). {fix}") from None
+    try:
+        ids = encode(text)
+    except ValueError as e:
+        raise CorpusError(f"{path} does not hold text8-style text ({e}). {fix}") from None
+    if len(ids) < 1000:  # split_corpus would leave (nearly) empty splits
+        raise CorpusError(f"{path} holds only {len(ids):,} characters, not a corpus. {fix}")
+    return Corpus("text8-mini", *split_corpus(ids))
 
 
 def load_corpus(name: str = "auto", data_dir: str | Path | None = None,

@@ -38,7 +38,7 @@ from txl_minimal.checkpoint import (CHECKSUM, NAMES, PRETRAINED_DIR, load_checkp
 from txl_minimal.data import CorpusError, load_corpus
 from txl_minimal.evaluate import evaluate, sliding_window_eval
 from txl_minimal.model import TransformerXL
-from txl_minimal.utils import LN2, terminal_progress
+from txl_minimal.utils import LN2, check_shipped, read_json, shipped_fix, terminal_progress, update_manifest
 
 # name -> evaluations reported in NAME.json: (label, function, keyword arguments).
 # "segments": evaluate.evaluate, batch_size 1 so every token has the longest context.
@@ -114,6 +114,8 @@ def export_pretrained(run_dir: str | Path, name: str) -> Path:
                          step=ckpt["step"], wall_time_s=ckpt["wall_time_s"]), path)
     log = (run_dir / "log.csv").read_text().replace("\r\n", "\n")  # older logs had CRLF
     (PRETRAINED_DIR / f"{name}.log.csv").write_text(log)
+    update_manifest(path)  # the size and SHA-256 every later load checks
+    update_manifest(PRETRAINED_DIR / f"{name}.log.csv")
     return path
 
 
@@ -127,6 +129,7 @@ def evaluate_pretrained(name: str, splits: tuple[str, ...] = ("valid", "test"),
     ckpt = load_checkpoint(path)
     if write and CHECKSUM not in ckpt:  # a file shipped before checksums existed
         save_checkpoint(ckpt, path)
+        update_manifest(path)
     corpus = load_corpus("text8-mini")
     results: dict[str, dict] = {}
     for split in splits:
@@ -151,6 +154,7 @@ def evaluate_pretrained(name: str, splits: tuple[str, ...] = ("valid", "test"),
                    machine=platform.machine())
     if write:
         (PRETRAINED_DIR / f"{name}.json").write_text(json.dumps(summary, indent=2) + "\n")
+        update_manifest(PRETRAINED_DIR / f"{name}.json")
     return summary
 
 
@@ -192,6 +196,7 @@ def paired_table(splits: tuple[str, ...] = ("valid", "test"), progress: bool = F
                    threads=torch.get_num_threads(), machine=platform.machine())
     if write:
         (PRETRAINED_DIR / "table.json").write_text(json.dumps(summary, indent=2) + "\n")
+        update_manifest(PRETRAINED_DIR / "table.json")
     return summary
 
 
@@ -207,10 +212,18 @@ def markdown_table(summary: dict) -> str:
 
 
 def pretrained_summary(name: str) -> Optional[dict]:
-    """NAME.json (configs and final numbers) as a dict, or None if not shipped yet."""
+    """NAME.json (configs and final numbers) as a dict, or None if not shipped yet; a damaged
+    file (size or SHA-256 unlike pretrained/MANIFEST.json, or not NAME's summary) is a ValueError."""
     _check_name(name)
     path = PRETRAINED_DIR / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    check_shipped(path)
+    summary = read_json(path, shipped_fix(path))
+    if summary.get("name") != name or not isinstance(summary.get("results"), dict):
+        raise ValueError(f"{path} is damaged: not the summary of {name!r} (its name is {summary.get('name')!r}). "
+                         + shipped_fix(path))
+    return summary
 
 
 def main(argv: Optional[list[str]] = None) -> None:

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from txl_minimal.model import TransformerXL, TXLConfig, TXLOutput
-from txl_minimal.utils import atomic_write
+from txl_minimal.utils import atomic_write, non_finite
 
 
 @dataclass(frozen=True)
@@ -173,15 +173,26 @@ def round_to_float16(model: nn.Module) -> nn.Module:
 
 
 def load_recall_model(path: str | Path) -> nn.Module:
-    """A model stored by ``scripts/long_range.py`` (float16 weights), as float32, in eval mode."""
-    state = torch.load(path, weights_only=True)
-    if state["kind"] == "lstm":
+    """A model stored by ``scripts/long_range.py`` (float16 weights), as float32, in eval mode.
+    A damaged file (unreadable, not such a model, NaN weights) is one ValueError naming it."""
+    fix = (f"Fix: git checkout -- {path} (a shipped result), or train it again with the script that wrote it "
+           "(scripts/long_range.py, scripts/lstm_text.py).")
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no recall model at {path}. {fix}")
+    try:  # damaged bytes fail anywhere in torch.load; a wrong dict in the lines after it
+        state = torch.load(path, weights_only=True)
         sd = state["state_dict"]
-        n_layer = sum(k.startswith("lstm.weight_ih_l") for k in sd)
-        model = LSTMLM(sd["emb.weight"].size(0), sd["emb.weight"].size(1), sd["lstm.weight_hh_l0"].size(1), n_layer)
-    else:
-        model = TransformerXL(TXLConfig(**state["config"]))
-    model.load_state_dict({k: v.float() for k, v in state["state_dict"].items()})
+        if state["kind"] == "lstm":
+            n_layer = sum(k.startswith("lstm.weight_ih_l") for k in sd)
+            model = LSTMLM(sd["emb.weight"].size(0), sd["emb.weight"].size(1), sd["lstm.weight_hh_l0"].size(1), n_layer)
+        else:
+            model = TransformerXL(TXLConfig(**state["config"]))
+        problem = non_finite(sd, "weights")
+        model.load_state_dict({k: v.float() for k, v in sd.items()})
+    except Exception as e:
+        problem = f"not a recall model ({type(e).__name__}: {str(e).split(chr(10))[0].split('. ')[0][:120]})"
+    if problem:
+        raise ValueError(f"{path} is damaged ({Path(path).stat().st_size:,} bytes; {problem}). {fix}") from None
     return model.eval()
 
 

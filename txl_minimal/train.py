@@ -13,6 +13,8 @@ t+1 continues row b of step t; the memory is reset when a pass over the data beg
 Every ``eval_interval`` steps the valid bpc is measured and OUT/ckpt.pt written;
 ``python -m txl_minimal.evaluate OUT`` scores a run afterwards. A run already in OUT
 is never replaced silently: continue it with --resume or replace it with --overwrite.
+OUT/train.lock keeps a second training out of OUT while one runs; Ctrl-C finishes the step
+in progress, saves it to OUT/ckpt.pt and prints the --resume command that continues it.
 """
 from __future__ import annotations
 
@@ -23,10 +25,16 @@ import csv
 import functools
 import gc
 import itertools
+import json
 import math
 import os
+import shlex
+import signal
+import socket
 import sys
+import threading
 import time
+import warnings
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Optional
@@ -44,6 +52,7 @@ from txl_minimal.utils import (LN2, bf16_speedup, default_device, int_at_least, 
 
 CSV_COLUMNS = ("step", "tokens", "wall_time_s", "lr", "train_loss", "train_bpc", "valid_bpc")
 RUN_FILES = ("ckpt.pt", "log.csv")  # what a run writes in its --out directory
+LOCK = "train.lock"  # OUT/train.lock: the pid, host and start of the training writing there
 CHOICES = dict(corpus=("text8", "text8-mini", "auto", "wt103"), amp=("auto", "bf16", "fp16", "off"))
 
 
@@ -199,6 +208,7 @@ class TrainResult:
     tokens_per_s: float
     wall_time_s: float
     out: Path
+    complete: bool = False  # resume=True found the run already at its last step: nothing was trained
 
 
 def _distributed() -> tuple[int, int, int]:
@@ -377,6 +387,45 @@ def _mean_loss(losses: list[float], world: int, device: torch.device) -> float:
     return mean.item()
 
 
+def _log_rows(path: Path, step: int) -> list[dict]:
+    """The rows of a run's log.csv up to ``step``, which a resume keeps. A last line cut short
+    (a killed run) is dropped with a warning; other damage is a ValueError naming the file,
+    raised before anything is written."""
+    fix = (f"Fix: restore {path}, or move it aside: the run then resumes from its checkpoint (step {step}) "
+           "with a log that starts there.")
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is damaged (not text). {fix}") from None
+    if not text.strip():
+        warnings.warn(f"{path} is empty: the resumed run's log starts at step {step}", stacklevel=3)
+        return []
+    if not text.endswith("\n"):  # the last row's write was cut short
+        warnings.warn(f"{path}: dropping its last line, cut short: {text[text.rfind(chr(10)) + 1:][:60]!r}",
+                      stacklevel=3)
+        text = text[:text.rfind("\n") + 1]
+        if not text:  # the header itself was cut: no rows to keep
+            return []
+    reader = csv.DictReader(text.splitlines())
+    if tuple(reader.fieldnames or ()) != CSV_COLUMNS:
+        raise ValueError(f"{path} is damaged: its header is {text.splitlines()[0][:80]!r}, not {','.join(CSV_COLUMNS)}. {fix}")
+    rows = list(reader)
+    for line, row in enumerate(rows, 2):
+        if not _row_ok(row):
+            raise ValueError(f"{path} is damaged (line {line}: {','.join(map(str, row.values()))[:80]!r}). {fix}")
+    return [r for r in rows if int(r["step"]) <= step]
+
+
+def _row_ok(row: dict) -> bool:
+    """A log.csv row with every column and numbers in them (valid_bpc may be empty)."""
+    try:
+        int(row["step"])
+        [float(row[k]) for k in CSV_COLUMNS if k != "valid_bpc" or row[k]]
+    except (TypeError, ValueError):  # float(None): a missing column
+        return False
+    return None not in row  # None: the key of surplus columns
+
+
 class CSVLog:
     """OUT/log.csv; a resumed run keeps the rows up to its checkpoint. Only rank 0
     writes one: on the other ranks (``write=False``) the methods do nothing."""
@@ -385,10 +434,7 @@ class CSVLog:
         self.file = None
         if not write:
             return
-        rows = []
-        if resume and path.exists():
-            with path.open() as f:
-                rows = list(csv.DictReader(f))
+        rows = _log_rows(path, step) if resume and path.exists() else []
         path.parent.mkdir(parents=True, exist_ok=True)
         self.file = path.open("w", newline="")
         self.writer = csv.DictWriter(self.file, CSV_COLUMNS, lineterminator="\n")
@@ -422,6 +468,161 @@ def _check_replicas_agree(model: TransformerXL, world: int) -> None:
         raise RuntimeError("DDP ranks ended with different weights; this is a bug")
 
 
+# ----------------------------------------------------------------------------- one run per --out, Ctrl-C
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during ``train``: the step in progress was finished and saved in ``path``."""
+
+    def __init__(self, step: int, path: Path):
+        super().__init__(f"training interrupted at step {step}: {path} holds that step. "
+                         "Resume with --resume (train(..., resume=True)), which continues bit-exactly.")
+        self.step, self.path = step, path
+
+
+class _Stop:
+    """Set by the first Ctrl-C (SIGINT) while ``train`` runs: the loop saves after the current step."""
+
+    requested = False
+
+
+def _on_sigint(signum, frame) -> None:
+    if _Stop.requested:  # a second Ctrl-C: stop at once, without a checkpoint
+        raise KeyboardInterrupt
+    _Stop.requested = True
+    print("\nCtrl-C: finishing this step and saving a checkpoint (Ctrl-C again to stop without one)",
+          file=sys.stderr, flush=True)
+
+
+def _check_out_is_folder(out_dir: Path) -> None:
+    """FileExistsError if ``out_dir`` or a folder above it is a file."""
+    for path in (out_dir, *out_dir.parents):
+        if path.exists():
+            if not path.is_dir():
+                raise FileExistsError(f"--out {out_dir}: {path} is a file, but --out must be a folder (the run's "
+                                      "ckpt.pt and log.csv go in it). Fix: name a new or existing folder.")
+            return
+
+
+def _read_lock(path: Path) -> Optional[dict]:
+    """The holder a lock file names, or None if it is unreadable (waits 1 s for a lock being written)."""
+    for _ in range(10):
+        try:
+            holder = json.loads(path.read_text())
+            if isinstance(holder, dict) and {"pid", "host", "started"} <= set(holder):
+                return holder
+        except FileNotFoundError:
+            return {}
+        except (ValueError, OSError):
+            pass
+        time.sleep(0.1)
+    return None
+
+
+def _is_stale(holder: Optional[dict]) -> bool:
+    """A lock nobody holds any more: unreadable, or its process on this host has ended."""
+    if holder is None:
+        return True
+    if holder.get("host") != socket.gethostname():
+        return False  # another machine's process: we cannot tell
+    try:
+        os.kill(int(holder["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, ValueError, OverflowError):  # PermissionError: alive, another user's
+        pass
+    return False
+
+
+def _lock_out(out_dir: Path) -> Path:
+    """Create OUT/train.lock with O_CREAT|O_EXCL, holding this process's pid, host and start time:
+    of two trainings started together exactly one gets it, the other gets a FileExistsError
+    naming the holder. A lock whose process has ended (killed, crashed) is taken over, with a message."""
+    _check_out_is_folder(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / LOCK
+    me = dict(pid=os.getpid(), host=socket.gethostname(), started=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = _read_lock(path)
+            if holder == {}:  # released while we looked
+                continue
+            if not _is_stale(holder):
+                raise FileExistsError(
+                    f"{out_dir}/ is in use by another training (pid {holder['pid']} on {holder['host']}, started "
+                    f"{holder['started']}; see {path}). Fix: wait for it to end, or use another --out; if that "
+                    f"process is not a training of this folder any more, delete {path}.") from None
+            what = "an unreadable lock" if holder is None else \
+                f"the lock of pid {holder['pid']} (started {holder['started']}), which is no longer running"
+            print(f"{out_dir}/: taking over {what}", file=sys.stderr, flush=True)
+            if _read_lock(path) == holder:  # not replaced meanwhile by a live run
+                path.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as f:
+            json.dump(me, f)
+        return path
+    raise FileExistsError(f"could not lock {path}: other trainings keep taking it. Fix: use another --out.")
+
+
+def _unlock(path: Path) -> None:
+    """Remove our lock (not one another process has taken over since)."""
+    if (_read_lock(path) or {}).get("pid") == os.getpid():
+        path.unlink(missing_ok=True)
+
+
+def _one_run_per_out(train_fn):
+    """``train`` holding OUT/train.lock (rank 0), with Ctrl-C saving the step in progress (one process)."""
+    @functools.wraps(train_fn)
+    def run(model_cfg: TXLConfig, cfg: TrainConfig, *args, **kwargs) -> TrainResult:
+        replace(cfg)  # an impossible config is refused before anything is written
+        rank, world, _ = _distributed()
+        out_dir = Path(cfg.out)
+        created = not out_dir.exists()
+        lock = _lock_out(out_dir) if rank == 0 else None
+        catch = (world == 1 and threading.current_thread() is threading.main_thread()
+                 and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN)  # started to ignore Ctrl-C: keep that
+        previous = signal.signal(signal.SIGINT, _on_sigint) if catch else None
+        _Stop.requested = False
+        try:
+            return train_fn(model_cfg, cfg, *args, **kwargs)
+        finally:
+            if catch:
+                signal.signal(signal.SIGINT, previous)
+            _Stop.requested = False
+            if lock is not None:
+                _unlock(lock)
+                if created and not any(out_dir.iterdir()):  # refused before writing: leave no trace
+                    out_dir.rmdir()
+    return run
+
+
+def _finished(model: TransformerXL, step: int, end: int, cfg: TrainConfig, out_dir: Path) -> TrainResult:
+    """What ``train(resume=True)`` returns for a run already at its last step ``end``, after saying so."""
+    try:  # the log only supplies the last numbers shown
+        rows = _log_rows(out_dir / "log.csv", step) if (out_dir / "log.csv").exists() else []
+    except ValueError:
+        rows = []
+
+    def last(key: str) -> float:
+        return next((float(r[key]) for r in reversed(rows) if r.get(key)), float("nan"))
+
+    if end < cfg.max_steps:  # stop_at / --stop-at at or before the checkpoint
+        print(f"{out_dir}/ is at step {step}, already past --stop-at {end}; nothing to train. "
+              f"Fix: a later --stop-at, or none to go on to max_steps {cfg.max_steps}.")
+    else:
+        print(f"{out_dir}/ holds a complete run: step {step} of max_steps {cfg.max_steps}; nothing to train. "
+              f"To train it longer, resume with a higher limit: --resume --max-steps {2 * step} "
+              "(train(..., resume=True) with TrainConfig.max_steps raised).")
+    return TrainResult(model.eval(), step, last("train_bpc"), last("valid_bpc"), 0.0, 0.0, out_dir, complete=True)
+
+
+def _resume_command(argv: list[str]) -> str:
+    """The command line that continues an interrupted one."""
+    args = [a for a in argv if a not in ("--overwrite", "--resume")]
+    return shlex.join([sys.executable.rsplit("/", 1)[-1], "-m", "txl_minimal.train", *args, "--resume"])
+
+
 # ----------------------------------------------------------------------------- training
 
 def _last_step(cfg: TrainConfig, stop_at: Optional[int]) -> int:
@@ -432,6 +633,7 @@ def _last_step(cfg: TrainConfig, stop_at: Optional[int]) -> int:
     return min(cfg.max_steps, stop_at or cfg.max_steps)
 
 
+@_one_run_per_out
 def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = None,
           resume: bool = False, stop_at: Optional[int] = None, progress: bool = True,
           overwrite: bool = False, print_evals: bool = False) -> TrainResult:
@@ -460,6 +662,8 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     step, epoch, segment, elapsed, mems = 0, 0, 0, 0.0, None
     if resume:
         step, epoch, segment, elapsed, mems = _resume(ckpt_path, model_cfg, configs, parts, rank, world, device)
+        if step >= end:  # a finished run: say so, rather than log a run of no steps
+            return _finished(raw, step, end, cfg, out_dir)
     loader = _loader(corpus, cfg, model_cfg.tgt_len, rank, world, device)
     batches = itertools.islice(iter(loader), segment, None)  # resume: skip what was read
     model = _wrap(raw, cfg, world, device)
@@ -507,8 +711,15 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
             elapsed, t_wall = elapsed + time.perf_counter() - t_wall, time.perf_counter()
             _save(ckpt_path, parts, configs, step, epoch, segment, mems, elapsed, rank, world)
         bar.update(1)
+        if _Stop.requested:  # Ctrl-C: keep the step just finished (an evaluation step is saved already)
+            if not do_eval:
+                elapsed, t_wall = elapsed + time.perf_counter() - t_wall, time.perf_counter()
+                _save(ckpt_path, parts, configs, step, epoch, segment, mems, elapsed, rank, world)
+            break
     bar.close()
     log.close()
+    if _Stop.requested:
+        raise TrainingInterrupted(step, ckpt_path)
     _check_replicas_agree(raw, world)
     raw.eval()
     return TrainResult(raw, step, train_bpc, valid_bpc, tok_s, elapsed, out_dir)
@@ -574,6 +785,11 @@ def main(argv: Optional[list[str]] = None) -> None:
                     progress=terminal_progress(not args.no_progress), print_evals=True)
     except (ValueError, FileExistsError, FileNotFoundError, CorpusError) as e:  # bad input: no traceback
         p.error(str(e))
+    except TrainingInterrupted as e:  # Ctrl-C: saved; say how to go on
+        print(f"{e}\n  {_resume_command(sys.argv[1:] if argv is None else argv)}", file=sys.stderr)
+        sys.exit(130)
+    if res.complete:
+        return
     if _distributed()[0] == 0:
         print(f"step {res.step}: train bpc {res.train_bpc:.4f}, valid bpc {res.valid_bpc:.4f}, "
               f"{res.tokens_per_s:,.0f} tokens/s, {res.wall_time_s:.0f} s -> {res.out}")

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import math
 import os
 import random
@@ -120,3 +122,92 @@ def int_at_least(low: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}")
         return value
     return parse
+
+
+# ----------------------------------------------------------------------------- shipped files
+
+MANIFEST = "MANIFEST.json"  # beside the files it lists: {name: {"bytes": size, "sha256": hex}}
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def shipped_fix(path: str | Path) -> str:
+    """How to get a good copy of a file that ships with the package."""
+    path = Path(path).resolve()
+    repo = Path(__file__).resolve().parents[1]
+    if (repo / ".git").exists() and path.is_relative_to(repo):  # a clone: git has the right bytes
+        return (f"Fix: git checkout -- {path.relative_to(repo)} (in {repo}), or reinstall the package "
+                "(pip install --force-reinstall txl-minimal).")
+    return "Fix: reinstall the package (pip install --force-reinstall txl-minimal)."
+
+
+def read_json(path: str | Path, fix: str) -> dict:
+    """A JSON object from ``path``, or a ``ValueError`` naming the file, what is wrong with it
+    (empty, cut short, not text, not an object) and ``fix``; never the decoder's traceback."""
+    path = Path(path)
+    raw = path.read_bytes()
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        problem = "not text (binary bytes)"
+    except json.JSONDecodeError as e:
+        problem = "empty" if not raw.strip() else f"not valid JSON, truncated or edited ({e.msg} at line {e.lineno})"
+    else:
+        if isinstance(value, dict):
+            return value
+        problem = f"a JSON {type(value).__name__}, not an object"
+    raise ValueError(f"{path} is damaged: {len(raw):,} bytes, {problem}. {fix}")
+
+
+def shipped_file_problem(path: str | Path) -> str | None:
+    """What is wrong with a file listed in the ``MANIFEST.json`` beside it (size, then SHA-256),
+    or None: it matches, or it is not listed (a file the package did not ship)."""
+    path = Path(path)
+    if not (path.parent / MANIFEST).exists():  # a file outside the package's folders
+        return None
+    entry = read_json(path.parent / MANIFEST, shipped_fix(path.parent / MANIFEST)).get(path.name)
+    if entry is None:
+        return None
+    size, want = path.stat().st_size, entry["bytes"]
+    if size != want:
+        kind = "empty" if size == 0 else "truncated" if size < want else "longer than shipped"
+        return f"{kind}: {size:,} bytes, shipped with {want:,}"
+    sha = file_sha256(path)
+    if sha != entry["sha256"]:
+        return f"wrong content: SHA-256 {sha[:16]}..., shipped with {entry['sha256'][:16]}... (same size)"
+    return None
+
+
+def check_shipped(path: str | Path, error: type[Exception] = ValueError) -> None:
+    """Raise ``error`` naming a shipped file whose size or SHA-256 differs from its manifest."""
+    problem = shipped_file_problem(path)
+    if problem:
+        raise error(f"{path} is damaged ({problem}). {shipped_fix(path)}")
+
+
+def update_manifest(path: str | Path) -> None:
+    """Record a (re)written shipped file's size and SHA-256 in the manifest beside it."""
+    path = Path(path)
+    manifest_path = path.parent / MANIFEST
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    manifest[path.name] = dict(bytes=path.stat().st_size, sha256=file_sha256(path))
+    text = json.dumps(dict(sorted(manifest.items())), indent=1) + "\n"
+    atomic_write(manifest_path, lambda f: f.write(text.encode()))
+
+
+def non_finite(tensors: dict, what: str = "tensor") -> str | None:
+    """'NaN or inf in {what} NAME (k of n values)' for the first floating tensor holding such
+    values (or 'NAME is a ..., not a tensor'), else None."""
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            return f"{what} entry {name} is a {type(t).__name__}, not a tensor"
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            return f"NaN or inf in {what} {name} ({int((~torch.isfinite(t)).sum())} of {t.numel()} values)"
+    return None

@@ -82,6 +82,9 @@ def check_inputs(model, tokens: torch.Tensor, mems, targets) -> None:
         if ids is not None and (int(ids.min()) < 0 or int(ids.max()) >= cfg.vocab_size):
             raise ValueError(f"{what} ids must be in [0, {cfg.vocab_size - 1}] (vocab_size); got min "
                              f"{int(ids.min())}, max {int(ids.max())}. Encode text with txl_minimal.encode.")
+    if isinstance(mems, torch.Tensor):  # `if mems` would ask torch for the truth value of a tensor
+        raise ValueError(f"mems must be the list out.mems (one tensor per layer), got one tensor of shape "
+                         f"{tuple(mems.shape)}. Fix: pass out.mems itself, not torch.stack(out.mems)")
     if mems:  # the memory of another model, batch, dtype or device would fail inside torch
         B, d, p = tokens.size(0), cfg.d_model, next(model.parameters())
         fits = [isinstance(m, torch.Tensor) and m.dim() == 3

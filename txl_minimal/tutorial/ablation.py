@@ -33,13 +33,13 @@ NAME/log.csv per run); this module reads them (``load_results``, ``read_log``,
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from txl_minimal.model import TransformerXL, TXLConfig
 from txl_minimal.train import TrainConfig
+from txl_minimal.utils import read_json
 
 # The shipped results live beside the package, not in it (the package is installed
 # editable, so this is the repository's folder).
@@ -146,7 +146,12 @@ def load_results(path: str | Path = RESULTS_DIR / "results.json") -> dict:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing. Fix: python scripts/ablation.py --out {path.parent}")
-    return json.loads(path.read_text())
+    fix = f"Fix: git checkout -- {path} (the shipped results), or python scripts/ablation.py --out {path.parent}"
+    results = read_json(path, fix)  # a damaged file: one error naming it, not the decoder's traceback
+    if not isinstance(results.get("runs"), dict) or not isinstance(results.get("meta"), dict):
+        raise ValueError(f"{path} is damaged: no 'meta' and 'runs' (keys: {sorted(results)[:6]}), "
+                         f"so it is not an ablation's results. {fix}")
+    return results
 
 
 def read_log(path: str | Path) -> list[dict]:

@@ -1,0 +1,508 @@
+"""Every file the package ships, caches or writes is checked before use: each kind, damaged
+four ways (truncated, empty, random bytes, wrong content), gets one error naming the file,
+what is wrong and how to get a good copy; never a traceback from inside gzip, numpy or torch.
+Then the training run's own files: the full-state checksum (bit flips), the --out lock,
+Ctrl-C and resume."""
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tiny import ROOT, synthetic_corpus, tiny_cfg, tiny_train_cfg
+from txl_minimal import checkpoint, data, pretrained
+from txl_minimal.checkpoint import _feed, load_checkpoint, load_official_state_dict, official_state_dict, state_sha256
+from txl_minimal.data import CorpusError, load_text8, load_text8_mini
+from txl_minimal.evaluate import main as evaluate_main
+from txl_minimal.train import LOCK, main as train_main, preset, train
+from txl_minimal.tutorial.ablation import load_results
+from txl_minimal.utils import MANIFEST, file_sha256, shipped_fix
+
+DAMAGES = ("truncated", "empty", "random bytes", "wrong content")
+SHIPPED = {ROOT / "txl_minimal" / "pretrained": ("*.pt", "*.json", "*.csv"), ROOT / "txl_minimal" / "corpus": ("*.gz",)}
+TINY_SET = ["d_model=16", "d_head=8", "d_inner=32", "eval_tokens=64"]
+
+
+def damage(path: Path, how: str, wrong: bytes) -> None:
+    """Replace ``path`` by a damaged copy of itself (``wrong``: another valid file of its kind)."""
+    raw = path.read_bytes()
+    path.write_bytes({"truncated": raw[: len(raw) // 2], "empty": b"",
+                      "random bytes": random.Random(0).randbytes(len(raw)), "wrong content": wrong}[how])
+
+
+def cli_error(cli, argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        cli(argv)
+    assert exit_.value.code == 2
+    return capsys.readouterr().err
+
+
+# 1. the manifests of the shipped files -----------------------------------------------------------
+
+@pytest.mark.parametrize("folder", sorted(SHIPPED), ids=lambda p: p.name)
+def test_manifest_lists_every_shipped_file_with_its_size_and_sha256(folder):
+    manifest = json.loads((folder / MANIFEST).read_text())
+    files = sorted(p.name for pattern in SHIPPED[folder] for p in folder.glob(pattern) if p.name != MANIFEST)
+    assert sorted(manifest) == files
+    for name, entry in manifest.items():
+        assert entry == dict(bytes=(folder / name).stat().st_size, sha256=file_sha256(folder / name)), name
+
+
+def test_the_manifests_ship_with_the_package():
+    text = (ROOT / "pyproject.toml").read_text()
+    assert '"pretrained/*"' in text and '"corpus/MANIFEST.json"' in text
+
+
+def test_fix_for_a_shipped_file_names_git_checkout_and_reinstall():
+    fix = shipped_fix(pretrained.PRETRAINED_DIR / "txl-tiny.pt")
+    assert "git checkout -- txl_minimal/pretrained/txl-tiny.pt" in fix and "pip install --force-reinstall" in fix
+
+
+# 2. each kind of file, damaged four ways ----------------------------------------------------------
+
+@pytest.fixture
+def shipped_copy(tmp_path, monkeypatch):
+    """The shipped models' folder copied (txl-tiny, vanilla-tiny, the JSONs, the manifest) and used."""
+    folder = tmp_path / "pretrained"
+    folder.mkdir()
+    for name in ("txl-tiny.pt", "vanilla-tiny.pt", "txl-tiny.json", "table.json", MANIFEST):
+        shutil.copy(pretrained.PRETRAINED_DIR / name, folder / name)
+    monkeypatch.setattr(pretrained, "PRETRAINED_DIR", folder)
+    monkeypatch.setattr(checkpoint, "PRETRAINED_DIR", folder)
+    return folder
+
+
+@pytest.mark.parametrize("manifest", [True, False], ids=["with manifest", "manifest removed"])
+@pytest.mark.parametrize("how", DAMAGES)
+def test_shipped_corpus(tmp_path, how, manifest):
+    path = tmp_path / "text8-mini.txt.gz"
+    shutil.copy(data.MINI_PATH, path)
+    if manifest:
+        shutil.copy(data.MINI_PATH.with_name(MANIFEST), tmp_path / MANIFEST)
+    damage(path, how, gzip.compress(b"Hello, World! " * 100))
+    expected = {"truncated": "truncated" if manifest else "not a complete gzip file",
+                "empty": "empty" if manifest else "holds only 0 characters",
+                "random bytes": "wrong content" if manifest else "not a complete gzip file",
+                "wrong content": "truncated" if manifest else "does not hold text8-style text"}[how]
+    with pytest.raises(CorpusError, match=f"{re.escape(str(path))} .*{expected}.*Fix") as err:
+        load_text8_mini(path)
+    assert err.value.__context__ is None or err.value.__suppress_context__  # no gzip traceback above it
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_shipped_model(shipped_copy, capsys, how):
+    path = shipped_copy / "txl-tiny.pt"
+    damage(path, how, (shipped_copy / "vanilla-tiny.pt").read_bytes())
+    expected = {"truncated": "truncated: 1,728,776 bytes, shipped with 3,457,552", "empty": "empty: 0 bytes",
+                "random bytes": "wrong content: SHA-256", "wrong content": "truncated: 3,192,610 bytes"}[how]
+    with pytest.raises(ValueError, match=f"{re.escape(str(path))} is damaged \\({expected}.*reinstall"):
+        pretrained.load_pretrained("txl-tiny")
+    err = cli_error(evaluate_main, ["txl-tiny", "--max-predictions", "5", "--no-progress"], capsys)
+    assert expected in err and "Traceback" not in err
+    (shipped_copy / MANIFEST).unlink()  # without the manifest the loader's own checks remain
+    if how == "wrong content":  # another model of the same kind: only the manifest can tell
+        assert pretrained.load_pretrained("txl-tiny").cfg.attn_type == "abs"
+    else:
+        with pytest.raises(ValueError, match=f"checkpoint {re.escape(str(path))} is corrupt or incomplete.*Fix"):
+            pretrained.load_pretrained("txl-tiny")
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_shipped_summary_json(shipped_copy, how):
+    path = shipped_copy / "txl-tiny.json"
+    assert pretrained.pretrained_summary("txl-tiny")["name"] == "txl-tiny"
+    damage(path, how, (shipped_copy / "table.json").read_bytes())
+    with pytest.raises(ValueError, match=f"{re.escape(str(path))} is damaged.*Fix"):
+        pretrained.pretrained_summary("txl-tiny")
+    (shipped_copy / MANIFEST).unlink()
+    expected = {"truncated": "not valid JSON, truncated or edited", "empty": "empty",
+                "random bytes": "not text", "wrong content": "not the summary of 'txl-tiny'"}[how]
+    with pytest.raises(ValueError, match=f"{re.escape(str(path))} is damaged.*{expected}.*Fix"):
+        pretrained.pretrained_summary("txl-tiny")
+
+
+def fake_text8(folder: Path) -> tuple[data.Text8Source, bytes]:
+    """A small random text8 zipped as text8.zip in ``folder``, and a Text8Source that expects it."""
+    import hashlib
+    text = data.decode(np.random.default_rng(0).integers(0, 27, 20_000)).encode()
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(folder / "text8.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("text8", text)
+    return data.Text8Source(url="http://localhost/text8.zip", zip_bytes=0, zip_sha256="0", text_bytes=len(text),
+                            text_md5=hashlib.md5(text).hexdigest()), text
+
+
+def no_network(*args, **kwargs):
+    raise AssertionError("no download expected")
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_text8_cache(tmp_path, how):
+    src, text = fake_text8(tmp_path)
+    good = load_text8(tmp_path, source=src, opener=no_network, progress=False).valid.copy()
+    path = tmp_path / "text8.valid.npy"
+    other = io.BytesIO()
+    np.save(other, np.roll(good, 1))  # the right shape and dtype, other ids
+    damage(path, how, other.getvalue())
+    expected = "do not hold text8" if how == "wrong content" else "truncated or corrupt"
+    with pytest.warns(UserWarning, match=f"{re.escape(str(path)) if how != 'wrong content' else 'text8.valid.npy'}"
+                                         f".*{expected}.*rebuilding the text8 cache"):
+        corpus = load_text8(tmp_path, source=src, opener=no_network, progress=False)
+    assert np.array_equal(corpus.valid, good)  # rebuilt from text8.zip, which is kept
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_text8_zip(tmp_path, how):
+    src, _ = fake_text8(tmp_path)
+    path = tmp_path / "text8.zip"
+    other = io.BytesIO()
+    with zipfile.ZipFile(other, "w") as zf:
+        zf.writestr("text8", b"abc " * 100)
+    damage(path, how, other.getvalue())
+    expected = "does not contain text8" if how == "wrong content" else "is not a valid zip"
+    with pytest.raises(CorpusError, match=f"{re.escape(str(path))} {expected}.*Fix: delete or replace"):
+        load_text8(tmp_path, source=src, opener=no_network, progress=False)
+    assert path.exists()  # the user's file is named, never deleted
+
+
+def test_text8_zip_with_a_damaged_deflate_stream(tmp_path):
+    src, text = fake_text8(tmp_path)
+    raw = bytearray((tmp_path / "text8.zip").read_bytes())
+    raw[100:140] = bytes(40)  # inside the compressed member: zlib fails, not the zip index
+    (tmp_path / "text8.zip").write_bytes(bytes(raw))
+    with pytest.raises(CorpusError, match="text8.zip is not a valid zip.*Fix"):
+        load_text8(tmp_path, source=src, opener=no_network, progress=False)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A tiny training run with dropout (so its RNG state matters) and a memory."""
+    out = tmp_path_factory.mktemp("run")
+    train(tiny_cfg(), tiny_train_cfg(out, max_steps=6, eval_interval=3), synthetic_corpus("the cat sat "),
+          progress=False)
+    return out
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_training_checkpoint(run_dir, tmp_path, capsys, how):
+    out = tmp_path / "run"
+    shutil.copytree(run_dir, out)
+    path = out / "ckpt.pt"
+    ckpt = torch.load(path, weights_only=True)
+    for state in ckpt["optimizer"]["state"].values():  # an edit torch.load cannot notice
+        state["exp_avg"][0] = float("nan")
+    edited = io.BytesIO()
+    torch.save(ckpt, edited)
+    damage(path, how, edited.getvalue())
+    expected = "does not match the SHA-256" if how == "wrong content" else "bytes; torch.load"
+    with pytest.raises(ValueError, match=f"checkpoint {re.escape(str(path))} is corrupt or incomplete.*{expected}.*Fix"):
+        load_checkpoint(path)
+    err = cli_error(evaluate_main, [str(out), "--corpus", "text8-mini", "--no-progress"], capsys)
+    assert "is corrupt or incomplete" in err and "Traceback" not in err
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match="is corrupt or incomplete"):
+        train(tiny_cfg(), tiny_train_cfg(out, max_steps=9, eval_interval=3), synthetic_corpus("the cat sat "),
+              resume=True, progress=False)
+    assert path.read_bytes() == before and not (out / LOCK).exists()  # nothing lost, no lock left
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_results_json(tmp_path, how):
+    path = tmp_path / "results.json"
+    shutil.copy(ROOT / "results" / "ablation" / "results.json", path)
+    damage(path, how, (ROOT / "results" / "long_range.json").read_bytes())
+    expected = {"truncated": "not valid JSON", "empty": "empty", "random bytes": "not text",
+                "wrong content": "not an ablation's results"}[how]
+    with pytest.raises(ValueError, match=f"{re.escape(str(path))} is damaged.*{expected}.*Fix: git checkout"):
+        load_results(path)
+
+
+# 3. the training checkpoint's checksum covers everything a resume uses ----------------------------
+
+def test_every_single_bit_flip_is_refused_or_harmless(run_dir):
+    """Flip one bit at 400 places spread over a training checkpoint: each copy is refused, or
+    loads to exactly the original content (a flip in bytes torch.load does not read)."""
+    raw = (run_dir / "ckpt.pt").read_bytes()
+
+    def digest(state: dict) -> str:  # everything, the checksums included
+        import hashlib
+        h = hashlib.sha256()
+        _feed(h, state)
+        return h.hexdigest()
+
+    original = digest(torch.load(run_dir / "ckpt.pt", weights_only=True))
+    rng = random.Random(0)
+    places = sorted({*range(0, len(raw), len(raw) // 200), *(rng.randrange(len(raw)) for _ in range(200))})
+    refused = harmless = 0
+    path = run_dir.parent / "flipped.pt"
+    for i in places:
+        path.write_bytes(raw[:i] + bytes([raw[i] ^ (1 << rng.randrange(8))]) + raw[i + 1:])
+        try:
+            loaded = load_checkpoint(path)
+        except ValueError as e:
+            assert "is corrupt or incomplete" in str(e) and "Fix" in str(e)
+            refused += 1
+        else:
+            assert digest(loaded) == original, f"a flip at byte {i} changed what a resume reads"
+            harmless += 1
+    assert refused + harmless == len(places) >= 380 and refused > len(places) // 2
+    print(f"{len(places)} flips: {refused} refused, {harmless} harmless")
+
+
+def test_state_checksum_covers_optimizer_memory_rng_and_steps(run_dir):
+    ckpt = torch.load(run_dir / "ckpt.pt", weights_only=True)
+    assert ckpt["format"] == 2 and ckpt["state_sha256"] == state_sha256(ckpt)
+    edits = {"optimizer": lambda c: c["optimizer"]["state"][0]["exp_avg"].add_(1e-7),
+             "memory": lambda c: c["mems"][1].view(-1)[5].add_(1e-7),
+             "rng": lambda c: c["rng"][0]["python"]["state"].__setitem__(3, c["rng"][0]["python"]["state"][3] ^ 1),
+             "step": lambda c: c.__setitem__("step", c["step"] + 1),
+             "data position": lambda c: c["data"].__setitem__("segment", 0),
+             "scheduler": lambda c: c["scheduler"].__setitem__("last_epoch", 0),
+             "config": lambda c: c["train_config"].__setitem__("lr", 0.1),
+             "checksum removed": lambda c: c.pop("state_sha256")}
+    for what, edit in edits.items():
+        c = torch.load(run_dir / "ckpt.pt", weights_only=True)
+        edit(c)
+        path = run_dir.parent / "edited.pt"
+        torch.save(c, path)
+        with pytest.raises(ValueError, match="corrupt or incomplete"):
+            load_checkpoint(path)
+
+
+# 4. the authors' weights, and the memory as one tensor ---------------------------------------------
+
+def test_official_state_dict_with_nan_or_a_wrong_shape_is_refused(tiny_model):
+    model = tiny_model(dtype=torch.float32)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    sd = official_state_dict(model)
+    bad = dict(sd, **{"layers.0.dec_attn.qkv_net.weight": sd["layers.0.dec_attn.qkv_net.weight"] * float("nan")})
+    with pytest.raises(ValueError, match=r"NaN or inf in official state dict tensor layers.0.dec_attn.qkv_net.weight"):
+        load_official_state_dict(model, bad)
+    bad = dict(sd, **{"crit.out_layers.0.bias": torch.zeros(30)})
+    with pytest.raises(ValueError, match=r"crit.out_layers.0.bias has shape \(30,\), this model expects \(27,\)"):
+        load_official_state_dict(model, bad)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())  # nothing half-loaded
+    load_official_state_dict(model, sd)
+
+
+def test_stacked_memory_gets_a_clear_error(tiny_model):
+    model = tiny_model()
+    x = torch.randint(0, 27, (2, 6))
+    out = model(x)
+    with pytest.raises(ValueError, match=r"mems must be the list out.mems.*\(2, 2, 6, 16\).*not torch.stack\(out.mems\)"):
+        model(x, torch.stack(out.mems))
+
+
+# 5. --out: a folder, one training at a time -------------------------------------------------------
+
+def test_out_naming_a_file_says_it_must_be_a_folder(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    for out in (tmp_path / "notes.txt", tmp_path / "notes.txt" / "run"):
+        err = cli_error(train_main, ["--out", str(out), "--max-steps", "1", "--no-progress", "--set", *TINY_SET], capsys)
+        assert "--out must be a folder" in err and "Errno" not in err
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_a_live_lock_refuses_and_a_dead_ones_is_taken_over(tmp_path, capsys):
+    corpus, cfg = synthetic_corpus("abc def "), tiny_train_cfg(tmp_path, max_steps=2, eval_interval=2)
+    lock = tmp_path / LOCK
+    lock.write_text(json.dumps(dict(pid=os.getpid(), host=os.uname().nodename, started="2026-11-24 21:00:00 UTC")))
+    with pytest.raises(FileExistsError, match=f"in use by another training \\(pid {os.getpid()} .*started "
+                                              "2026-11-24 21:00:00 UTC.*another --out.*delete"):
+        train(tiny_cfg(), cfg, corpus, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK]  # another's lock is left alone
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lock.write_text(json.dumps(dict(pid=dead.pid, host=os.uname().nodename, started="2026-11-24 21:00:00 UTC")))
+    train(tiny_cfg(), cfg, corpus, progress=False)
+    assert f"taking over the lock of pid {dead.pid}" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt", "log.csv"]  # released at the end
+
+
+def cli(out: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "txl_minimal.train", "--out", str(out), "--no-progress", "--threads", "1",
+            "--corpus", "text8-mini", *args]
+
+
+ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TXL_CORPUS="text8-mini")
+
+
+def test_two_trainings_started_together_into_one_out(tmp_path):
+    runs = {steps: subprocess.Popen(cli(tmp_path, "--max-steps", str(steps), "--set", *TINY_SET, "log_interval=4",
+                                        "eval_interval=200"), env=ENV, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True) for steps in (400, 300)}
+    done = {steps: (p.wait(timeout=300), p.stderr.read()) for steps, p in runs.items()}
+    winners = [steps for steps, (rc, _) in done.items() if rc == 0]
+    assert len(winners) == 1, done
+    loser_rc, loser_err = done[({400, 300} - set(winners)).pop()]
+    assert loser_rc == 2 and ("in use by another training (pid" in loser_err or "already holds a run" in loser_err)
+    assert "Traceback" not in loser_err
+    rows = list(csv.DictReader(open(tmp_path / "log.csv")))
+    assert [int(r["step"]) for r in rows] == list(range(4, winners[0] + 1, 4))  # one run's rows only
+    assert load_checkpoint(tmp_path / "ckpt.pt")["step"] == winners[0]
+    assert not (tmp_path / LOCK).exists()
+
+
+# 6. Ctrl-C saves the step; resume ends bit-exactly where an uninterrupted run does --------------
+
+def test_ctrl_c_saves_a_resumable_checkpoint_and_resume_is_bit_exact(tmp_path, monkeypatch):
+    steps, args = 600, ["--set", *TINY_SET, "dropout=0.1", "log_interval=5", "eval_interval=200"]
+    out = tmp_path / "interrupted"
+    p = subprocess.Popen(cli(out, "--max-steps", str(steps), *args), env=ENV, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    log = out / "log.csv"
+    deadline = time.time() + 120
+    while not (log.exists() and len(log.read_text().splitlines()) > 3) and time.time() < deadline:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)  # as Ctrl-C in the terminal does
+    rc, err = p.wait(timeout=120), p.stderr.read()
+    assert rc == 130, err
+    step = int(re.search(r"training interrupted at step (\d+): \S*ckpt.pt holds that step", err).group(1))
+    assert 0 < step < steps and "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert re.search(r"python -m txl_minimal.train .*--max-steps 600 .*--resume$", err.strip())
+    assert load_checkpoint(out / "ckpt.pt")["step"] == step and not (out / LOCK).exists()
+
+    resumed = subprocess.run(cli(out, "--max-steps", str(steps), *args, "--resume"), env=ENV,
+                             capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    monkeypatch.setenv("TXL_CORPUS", "text8-mini")
+    train_main(cli(tmp_path / "straight", "--max-steps", str(steps), *args)[3:])  # in this process: one start-up less
+    a, b = load_checkpoint(out / "ckpt.pt"), load_checkpoint(tmp_path / "straight" / "ckpt.pt")
+    assert a["step"] == b["step"] == steps and a["model_config"]["dropout"] == 0.1
+    for key in ("model", "optimizer"):
+        assert state_sha256({key: a[key]}) == state_sha256({key: b[key]}), key  # bit-exact
+    assert all(torch.equal(x, y) for x, y in zip(a["mems"], b["mems"]))
+
+
+def test_resume_of_a_finished_run_says_so_and_changes_nothing(run_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(run_dir, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    res = train(tiny_cfg(), tiny_train_cfg(out, max_steps=6, eval_interval=3), synthetic_corpus("the cat sat "),
+                resume=True, progress=False)
+    said = capsys.readouterr().out
+    assert res.complete and res.step == 6 and res.valid_bpc == float(list(csv.DictReader(open(out / "log.csv")))[-1]["valid_bpc"])
+    assert "holds a complete run: step 6 of max_steps 6" in said and "--max-steps 12" in said and "nan" not in said
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_resume_of_a_finished_run_on_the_command_line_exits_0(tmp_path, capsys):
+    argv = ["--out", str(tmp_path), "--max-steps", "4", "--no-progress", "--set", *TINY_SET, "eval_interval=2"]
+    train_main(argv)
+    capsys.readouterr()
+    train_main([*argv, "--resume"])  # returns: exit status 0
+    out = capsys.readouterr().out
+    assert "holds a complete run: step 4 of max_steps 4" in out and "nan" not in out and "tokens/s" not in out
+    argv[argv.index("4")] = "8"
+    train_main([*argv, "--resume", "--stop-at", "3"])
+    assert "is at step 4, already past --stop-at 3; nothing to train" in capsys.readouterr().out
+    train_main([*argv, "--resume"])  # the advice works: on to step 8
+    assert load_checkpoint(tmp_path / "ckpt.pt")["step"] == 8
+
+
+# 7. kept right: each gets a test -----------------------------------------------------------------
+
+def test_unknown_preset_is_refused(capsys):
+    with pytest.raises(ValueError, match="unknown preset 'cpu-huge'; choose one of"):
+        preset("cpu-huge")
+    assert "invalid choice: 'cpu-huge'" in cli_error(train_main, ["--preset", "cpu-huge"], capsys)
+
+
+def test_evaluating_a_folder_a_text_file_or_a_malicious_pickle(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    err = cli_error(evaluate_main, [str(tmp_path / "empty"), "--no-progress"], capsys)
+    assert "nothing to evaluate" in err and "Fix" in err
+    (tmp_path / "notes.txt").write_text("not a model\n")
+    err = cli_error(evaluate_main, [str(tmp_path / "notes.txt"), "--no-progress"], capsys)
+    assert "notes.txt is corrupt or incomplete" in err and "Traceback" not in err
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path / 'pwned'}",))
+
+    torch.save({"model": Evil(), "model_config": {}}, tmp_path / "evil.pt")
+    err = cli_error(evaluate_main, [str(tmp_path / "evil.pt"), "--no-progress"], capsys)
+    assert "evil.pt is corrupt or incomplete" in err and "weights_only=False" not in err
+    assert not (tmp_path / "pwned").exists()  # refused, not executed
+
+
+def test_text8_dir_with_home_unset_and_data_dir_missing(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "REPO_DATA", tmp_path / "site-packages" / "data")  # as an installed package
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("HOME", raising=False)
+    assert data.text8_dir().name == "text8"  # the password database's home, no KeyError
+    monkeypatch.setenv("TXL_DATA_DIR", str(tmp_path / "missing"))
+    with pytest.raises(CorpusError, match=f"text8 not found in {re.escape(str(tmp_path / 'missing'))}.*Fix"):
+        data.load_corpus("text8", download=False)
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_damaged_log_on_resume(run_dir, tmp_path, how):
+    out = tmp_path / "run"
+    shutil.copytree(run_dir, out)
+    log, ckpt = out / "log.csv", (out / "ckpt.pt").read_bytes()
+    rows = log.read_text().splitlines()
+    damage(log, how, (ROOT / "results" / "long_range.json").read_bytes())
+    if how == "truncated":  # a kill mid-write: the last line cut short
+        log.write_text("\n".join(rows[:3]) + "\n" + rows[3][:10])
+    resume = lambda: train(tiny_cfg(), tiny_train_cfg(out, max_steps=9, eval_interval=3),  # noqa: E731
+                           synthetic_corpus("the cat sat "), resume=True, progress=False)
+    if how in ("random bytes", "wrong content"):
+        before = log.read_bytes()
+        with pytest.raises(ValueError, match=f"{re.escape(str(log))} is damaged.*Fix: restore.*move it aside"):
+            resume()
+        assert log.read_bytes() == before and (out / "ckpt.pt").read_bytes() == ckpt  # nothing written
+    else:
+        with pytest.warns(UserWarning, match="cut short" if how == "truncated" else "is empty"):
+            resume()
+        steps = [int(r["step"]) for r in csv.DictReader(open(log))]
+        assert steps == ([2, 3] if how == "truncated" else []) + [8, 9]  # rows 4, 6 were lost with the file
+
+
+def test_shipping_a_run_records_it_in_the_manifest(run_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(pretrained, "PRETRAINED_DIR", tmp_path / "package")
+    monkeypatch.setattr(checkpoint, "PRETRAINED_DIR", tmp_path / "package")
+    path = pretrained.export_pretrained(run_dir, "txl")
+    manifest = json.loads((tmp_path / "package" / MANIFEST).read_text())
+    assert manifest["txl.pt"] == dict(bytes=path.stat().st_size, sha256=file_sha256(path))
+    assert set(manifest) == {"txl.pt", "txl.log.csv"}
+    assert pretrained.load_pretrained("txl").cfg.d_model == 16  # loads against its new entry
+
+
+def test_a_damaged_manifest_is_named(shipped_copy):
+    (shipped_copy / MANIFEST).write_text('{"txl-tiny.pt": {"bytes": 3')
+    with pytest.raises(ValueError, match=f"{re.escape(str(shipped_copy / MANIFEST))} is damaged.*not valid JSON"):
+        pretrained.load_pretrained("txl-tiny")
+
+
+@pytest.mark.parametrize("how", [*DAMAGES, "NaN weights"])
+def test_recall_model(tmp_path, how):
+    """The long-range task's models that notebooks 03 and 06 load (results/long_range, results/lstm_text)."""
+    from txl_minimal.tasks import load_recall_model
+    path = tmp_path / "xl.pt"
+    shutil.copy(ROOT / "results" / "long_range" / "xl.pt", path)
+    if how == "NaN weights":
+        state = torch.load(path, weights_only=True)
+        state["state_dict"]["out_bias"] = state["state_dict"]["out_bias"] * float("nan")
+        torch.save(state, path)
+    else:
+        damage(path, how, (ROOT / "results" / "long_range" / "lstm.pt").read_bytes()[:-1])
+    expected = "NaN or inf in weights out_bias" if how == "NaN weights" else "not a recall model"
+    with pytest.raises(ValueError, match=f"{re.escape(str(path))} is damaged.*{expected}.*Fix: git checkout"):
+        load_recall_model(path)
+    assert load_recall_model(ROOT / "results" / "long_range" / "lstm.pt").training is False
