@@ -230,15 +230,17 @@ def test_notebooks_run_in_jupyterlab_in_a_real_browser(lab, browser):
         assert len(handles) == 3 == len(readouts), "the explorer has sliders layer, head and query"
         handle, readout = handles[-1], readouts[-1]
         browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", handle)
-        value = readout.text
+        value = int(readout.text)  # the last query, TGT_LEN - 1
         steps.shot("05_widget_before")
-        ActionChains(browser).click(handle).send_keys(Keys.ARROW_LEFT * 5).perform()
-        wait_for(lambda: readout.text != value, 10, "the query slider to move")
+        ActionChains(browser).click(handle).send_keys(Keys.ARROW_LEFT).perform()  # one query back
+        wait_for(lambda: readout.text == str(value - 1), 10, f"the query slider to move to {value - 1}")
+        # the kernel redraws (one update for one step): a new figure, then the kernel idle again
         after = wait_for(lambda: (src := browser.execute_script(WIDGET_IMG, panels["05"])) not in (None, before)
-                         and src, 60, "the explorer's figure to change")
+                         and src, 60, "moving the query slider to change the explorer's figure")
+        wait_for(lambda: browser.execute_script(STATE, panels["05"])["kernel"] == "idle", 60, "the redraw")
         browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", handle)
         steps.shot("05_widget_after")
-        assert after != before and readout.text != value
+        assert browser.execute_script(WIDGET_IMG, panels["05"]) == after != before
     finally:
         took = time.monotonic() - start
         print(f"\ne2e: {took:.0f} s; screenshots in {SHOTS}:")
