@@ -67,7 +67,7 @@ test: setup $(VENV)/.kernel data/cache/.gensim-fetched
 	$(TEST_ENV) $(PY) -m pytest -q tests $(NBVAL) notebooks
 
 test-fast: setup $(VENV)/.kernel
-	$(TEST_ENV) $(PY) -m pytest -q tests
+	$(TEST_ENV) $(PY) -m pytest -q --ignore=tests/e2e tests
 
 # The oldest versions the project declares (requirements-min.txt, equal to pyproject's floors),
 # alone in their own venv, rebuilt from scratch when the list changes. About 5.4 GB: PyPI's
