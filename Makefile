@@ -4,6 +4,8 @@
 # Both create .venv on first use; `make clean` removes it.
 #   make demo   train the cpu-tiny preset, execute every notebook headless into
 #               runs/notebooks/ (.ipynb and .html)
+#   make test-min  the oldest declared versions (requirements-min.txt) in .venv-min, then pytest tests
+#   make e2e    JupyterLab in a real browser (chromium); skips, saying what to install, without one
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -22,7 +24,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 LAB_ARGS ?=
 LAB_ROOT := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 
-.PHONY: setup lab demo test test-fast notebooks benchmark clean
+.PHONY: setup lab demo test test-fast test-min e2e notebooks benchmark clean
 
 $(VENV)/.installed: requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,7 +67,28 @@ test: setup $(VENV)/.kernel data/cache/.gensim-fetched
 	$(TEST_ENV) $(PY) -m pytest -q tests $(NBVAL) notebooks
 
 test-fast: setup $(VENV)/.kernel
-	$(TEST_ENV) $(PY) -m pytest -q tests
+	$(TEST_ENV) $(PY) -m pytest -q --ignore=tests/e2e tests
+
+# The oldest versions the project declares (requirements-min.txt, equal to pyproject's floors),
+# alone in their own venv, rebuilt from scratch when the list changes. About 5.4 GB: PyPI's
+# Linux torch wheels bring the CUDA libraries, which libtorch links against even on a CPU.
+VENV_MIN ?= .venv-min
+$(VENV_MIN)/.installed: requirements-min.txt pyproject.toml
+	rm -rf $(VENV_MIN)
+	$(PYTHON) -m venv $(VENV_MIN)
+	$(VENV_MIN)/bin/python -m pip install -q --upgrade pip
+	$(VENV_MIN)/bin/python -m pip install -q $(PIP_ARGS) -r requirements-min.txt
+	$(VENV_MIN)/bin/python -m pip install -q --no-deps -e .
+	touch $@
+
+# The package's tests (the notebooks' stored outputs come from requirements-dev.txt's versions).
+test-min: $(VENV_MIN)/.installed
+	$(TEST_ENV) $(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider tests
+
+# JupyterLab driven by chromium through chromium-driver and selenium: notebooks 00 and 05 run
+# through the UI, screenshots in runs/e2e/. `make test` runs it too when a browser is installed.
+e2e: setup $(VENV)/.kernel
+	$(TEST_ENV) $(PY) -m pytest -q -rs -s -p no:cacheprovider tests/e2e
 
 # Re-run the notebooks in place with the test environment (to refresh stored outputs).
 notebooks: setup
@@ -81,4 +104,4 @@ benchmark: setup
 	$(PY) benchmarks/bench.py --json benchmarks/results.json
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VENV_MIN)

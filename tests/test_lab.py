@@ -62,7 +62,8 @@ def ensure_venv_kernel() -> None:
 class Lab:
     """A JupyterLab server started from this interpreter; HTTP helpers with the token."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, extra: tuple[str, ...] = ()):
+        """``extra``: more command-line flags (tests/e2e adds the browser's)."""
         self.port, self.token = free_port(), secrets.token_hex(16)
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = tmp / "server.log"
@@ -73,6 +74,7 @@ class Lab:
                f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={NOTEBOOKS}"]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-root")  # containers; the server refuses root otherwise
+        cmd += extra
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True)  # its kernels share the group

@@ -22,12 +22,31 @@ the reverse.
 
     from txl_minimal.tutorial import analysis, plotting
 """
+import re
 from importlib import import_module
 
-from . import variants  # noqa: F401  registers attn_type="shaw" and adaptive_span with the model
-from .data import (VOCAB, VOCAB_SIZE, Corpus, LMOrderedIterator, as_ids, decode, encode, generate_text,
-                   load_corpus)
-from .model import TXLConfig, TXLOutput, TransformerXL
+import torch
+
+# The oldest torch the package is tested with (`make test-min`, requirements-min.txt; equal to
+# pyproject's floor, tests/test_versions.py). Older ones fail inside training (no
+# torch.amp.GradScaler before 2.3): say so once, at import, instead.
+TORCH_FLOOR = "2.3.0"
+
+
+def check_torch_version(version: str) -> None:
+    """Raise ImportError naming the fix if torch ``version`` (e.g. "2.1.2+cu121") is below TORCH_FLOOR."""
+    found = tuple(int(n) for n in re.findall(r"\d+", version.split("+")[0])[:3])
+    if found < tuple(int(n) for n in TORCH_FLOOR.split(".")):
+        raise ImportError(f"txl_minimal needs torch >= {TORCH_FLOOR}, found {version}: "
+                          f'upgrade it with  pip install --upgrade "torch>={TORCH_FLOOR}"')
+
+
+check_torch_version(str(torch.__version__))
+
+from . import variants  # noqa: E402,F401  registers attn_type="shaw" and adaptive_span with the model
+from .data import (VOCAB, VOCAB_SIZE, Corpus, LMOrderedIterator, as_ids, decode, encode,  # noqa: E402
+                   generate_text, load_corpus)
+from .model import TXLConfig, TXLOutput, TransformerXL  # noqa: E402
 
 # Imported on first use, so that `python -m txl_minimal.train` (or .evaluate, .pretrained)
 # runs a module that the package has not imported already.
