@@ -19,7 +19,8 @@ ALLOWED = {
     "wikifil": set(),
     "validation": set(),  # torch only: the model's clear errors (text is encoded in data.py)
     "model": {"validation"},  # only inside the package: model.py copied alone runs without it
-    "data": {"utils"},  # generate_text calls model.generate without importing the model
+    "words": set(),  # the authors' Vocab
+    "data": {"utils", "words"},  # generate_text calls model.generate without importing the model
     "variants": {"model"},
     "flops": {"model"},
     "tasks": {"model", "utils"},  # the recall stream and its models
