@@ -18,7 +18,8 @@ ALLOWED = {
     "utils": set(),
     "wikifil": set(),
     "validation": set(),  # torch only: the model's clear errors (text is encoded in data.py)
-    "model": {"validation"},  # only inside the package: model.py copied alone runs without it
+    "adaptive": set(),  # torch only: the word-level embedding and softmax
+    "model": {"validation", "adaptive"},  # only inside the package: model.py copied alone runs without them
     "words": set(),  # the authors' Vocab
     "data": {"utils", "words"},  # generate_text calls model.generate without importing the model
     "variants": {"model"},

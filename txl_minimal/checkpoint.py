@@ -127,8 +127,8 @@ def model_from_checkpoint(ckpt: dict, device: str | torch.device = "cpu") -> Tra
     return model.eval()
 
 
-# The authors' MemTransformerLM (attn_type 0, div_val 1, no adaptive softmax) names three tensors
-# differently; every other name is the same.
+# The authors' MemTransformerLM (attn_type 0) without cutoffs names three tensors differently; every
+# other name is the same (with cutoffs, word_emb.* and crit.* are theirs too: adaptive.py).
 _OFFICIAL = {"word_emb.weight": "word_emb.emb_layers.0.weight", "out_bias": "crit.out_layers.0.bias",
              "out_weight": "crit.out_layers.0.weight"}
 
@@ -138,7 +138,7 @@ def official_state_dict(model: TransformerXL) -> dict[str, torch.Tensor]:
     if model.cfg.attn_type != "rel":
         raise ValueError("only attn_type='rel' has an official counterpart")
     sd = {_OFFICIAL.get(k, k): t.detach().clone() for k, t in model.state_dict().items()}
-    if model.cfg.tie_weights:  # the authors store the tied softmax weight twice
+    if model.cfg.tie_weights and model.crit is None:  # the authors store the tied softmax weight twice
         sd["crit.out_layers.0.weight"] = sd["word_emb.emb_layers.0.weight"].clone()
     return sd
 
@@ -147,16 +147,35 @@ def load_official_state_dict(model: TransformerXL, sd: dict[str, torch.Tensor]) 
     """Load weights saved by the authors' ``MemTransformerLM`` into ``model``."""
     if model.cfg.attn_type != "rel":
         raise ValueError("only attn_type='rel' has an official counterpart")
-    from_official = {v: k for k, v in _OFFICIAL.items()}
-    ours = {from_official.get(k, k): t for k, t in sd.items()}
-    out = ours.pop("out_weight", None) if model.cfg.tie_weights else None
-    if out is not None and not torch.equal(out, ours.get("word_emb.weight", out)):
-        raise ValueError("crit.out_layers.0.weight differs from the input embedding: the checkpoint "
-                         "has an untied softmax. Build the model with TXLConfig(tie_weights=False).")
+    if model.crit is not None:  # adaptive softmax: the names are the same; what it shares must agree
+        _check_ties(model, sd)
+        ours = dict(sd)
+    else:
+        from_official = {v: k for k, v in _OFFICIAL.items()}
+        ours = {from_official.get(k, k): t for k, t in sd.items()}
+        out = ours.pop("out_weight", None) if model.cfg.tie_weights else None
+        if out is not None and not torch.equal(out, ours.get("word_emb.weight", out)):
+            raise ValueError("crit.out_layers.0.weight differs from the input embedding: the checkpoint "
+                             "has an untied softmax. Build the model with TXLConfig(tie_weights=False).")
     missing, unexpected = model.load_state_dict(ours, strict=False)
     if missing or unexpected:
         raise ValueError(f"official state dict does not fit this config: missing {missing}, "
                          f"unexpected {unexpected}")
+
+
+def _check_ties(model: TransformerXL, sd: dict[str, torch.Tensor]) -> None:
+    """ValueError if ``sd`` holds different tensors under two names that ``model`` shares
+    (tie_weights, tie_projs): loading would keep one of them silently."""
+    names: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(name)
+    for shared in (n for n in names.values() if len(n) > 1):
+        present = [n for n in shared if n in sd]
+        for other in present[1:]:
+            if not torch.equal(sd[present[0]], sd[other]):
+                flag = "tie_weights=False" if "out_layers" in other else "tie_projs (False for that cluster)"
+                raise ValueError(f"{other} differs from {present[0]}: the checkpoint does not share them as this "
+                                 f"model does. Build the model with TXLConfig({flag}).")
 
 
 def checkpoint_file(target: str | Path) -> Path:

@@ -23,17 +23,17 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Optional
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-if __package__ == "txl_minimal":  # clear errors for bad inputs (validation.py)
-    from txl_minimal import validation
-else:  # this file copied alone: the same model, without the checks
-    validation = None
+if __package__ == "txl_minimal":  # clear errors for bad inputs (validation.py); word-level softmax
+    from txl_minimal import adaptive, validation
+else:  # this file copied alone: the same model, without the checks (and without cutoffs)
+    adaptive = validation = None
 
 
 @dataclass
@@ -53,7 +53,7 @@ class TXLConfig:
     clamp_len: int = 0  # relative distances above this share one encoding (0: off)
     same_length: bool = False  # every query sees the same number of keys
     pre_lnorm: bool = False
-    tie_weights: bool = True
+    tie_weights: bool = True  # the softmax weight is the input embedding (per cluster with cutoffs)
     attn_type: str = "rel"  # "rel" (Transformer-XL), "abs" (vanilla), "abs_far", "shaw" (variants.py)
     untie_r: bool = False  # one (u, v) pair per layer instead of shared
     shaw_max_dist: int = 64  # "shaw": largest distance with its own learned vector
@@ -61,10 +61,17 @@ class TXLConfig:
     span_ramp: int = 32  # R: width of the soft mask's linear ramp
     span_init: float = 0.5  # initial z as a fraction of the largest span, tgt_len + mem_len
     span_loss_coeff: float = 2e-6  # lambda of the L1 penalty on spans (per token of span)
+    # Words (adaptive.py): adaptive input and softmax over frequency-sorted clusters of the vocabulary
+    cutoffs: list = field(default_factory=list)  # cluster starts, e.g. [20000, 40000, 200000]; []: one softmax
+    div_val: int = 1  # cluster i's vectors have width d_embed // div_val**i
+    d_embed: Optional[int] = None  # embedding width (None: d_model); else projected to d_model
+    tie_projs: Optional[list] = None  # per cluster (len(cutoffs) + 1 bools): share the input's projection (None: none)
 
     def __post_init__(self) -> None:
         if validation is not None:  # a ValueError naming the first impossible field
             validation.check_config(self)
+        self.cutoffs = list(self.cutoffs)  # a tuple would not compare equal to a saved list
+        self.tie_projs = None if self.tie_projs is None else list(self.tie_projs)
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -74,7 +81,9 @@ class TXLConfig:
 class TXLOutput:
     """What ``TransformerXL.forward`` returns for a segment of B rows and T tokens.
 
-    logits: (B, T, vocab_size) next-token log-probabilities in nats, up to a constant per row.
+    logits: (B, T, vocab_size) next-token log-probabilities in nats, up to a constant per row (with
+            ``cutoffs``: exactly, from the adaptive softmax; None when it trains on targets, which
+            need only the targets' log-probabilities: ``nll``).
     mems:   n_layer tensors (B, <=mem_len, d_model): what entered each layer, detached, for the next segment.
     loss:   scalar mean NLL in nats (+ the adaptive-span penalty) if targets are given; bpc = loss / ln 2.
     nll:    (B, T) NLL of every target, in nats (-ln p).
@@ -83,7 +92,7 @@ class TXLOutput:
             (B, n_head, T, mlen + T), NaN where masked (``return_terms``).
     """
 
-    logits: torch.Tensor
+    logits: Optional[torch.Tensor]
     mems: list[torch.Tensor]
     loss: Optional[torch.Tensor] = None
     nll: Optional[torch.Tensor] = None
@@ -288,7 +297,12 @@ class TransformerXL(nn.Module):
     def __init__(self, cfg: TXLConfig):
         super().__init__()
         self.cfg = cfg = replace(cfg)  # our own copy: set_lengths must not change another model's
-        self.word_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.crit = None  # with cutoffs: the adaptive softmax (adaptive.py), tied to the adaptive input
+        words = bool(cfg.cutoffs) or cfg.d_embed not in (None, cfg.d_model)
+        if words and adaptive is None:
+            raise ValueError("cutoffs and d_embed need txl_minimal/adaptive.py: import the model from the package")
+        clusters = (cfg.vocab_size, cfg.d_embed or cfg.d_model, cfg.d_model, cfg.cutoffs, cfg.div_val)
+        self.word_emb = adaptive.AdaptiveEmbedding(*clusters) if words else nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.emb_scale = math.sqrt(cfg.d_model)  # the authors scale by sqrt(d_model)
         self.pos_emb = PositionalEmbedding(cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
@@ -297,8 +311,12 @@ class TransformerXL(nn.Module):
         if cfg.attn_type == "rel" and not cfg.untie_r:
             self.r_w_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))  # u
             self.r_r_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))  # v
-        self.out_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
-        self.out_weight = None if cfg.tie_weights else nn.Parameter(torch.zeros(cfg.vocab_size, cfg.d_model))
+        if words:
+            self.crit = adaptive.ProjectedAdaptiveLogSoftmax(*clusters)
+            adaptive.tie(self.word_emb, self.crit, cfg.tie_weights, cfg.tie_projs or [])
+        else:
+            self.out_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+            self.out_weight = None if cfg.tie_weights else nn.Parameter(torch.zeros(cfg.vocab_size, cfg.d_model))
         self.fast_attn = True  # the fused attention kernel unless probabilities are asked for
         self.apply(self._init_weights)
 
@@ -351,7 +369,10 @@ class TransformerXL(nn.Module):
         return self.pos_emb(dist.clamp(max=self.cfg.clamp_len) if self.cfg.clamp_len > 0 else dist)
 
     def output_logits(self, h: torch.Tensor) -> torch.Tensor:
-        """The softmax layer's logits (its weight is the input embedding unless untied)."""
+        """The softmax layer's logits (its weight is the input embedding unless untied); with
+        cutoffs, the adaptive softmax's log-probabilities (normalised logits)."""
+        if self.crit is not None:
+            return self.crit.log_prob(h)
         return F.linear(h, self.word_emb.weight if self.out_weight is None else self.out_weight, self.out_bias)
 
     def forward(self, tokens: torch.Tensor, mems: Optional[list[torch.Tensor]] = None,
@@ -385,9 +406,13 @@ class TransformerXL(nn.Module):
                 terms.append(layer.dec_attn.score_terms(h, mem, pos, mask, u, v))
             h, prob = layer(h, mem, pos, mask, u, v, return_attn or not self.fast_attn)
             attn.append(prob)
-        out = TXLOutput(logits=self.output_logits(self.drop(h)), mems=update_memory(hids, mems, cfg.mem_len),
+        h = self.drop(h)
+        per_target = self.crit is not None and self.training and targets is not None  # the adaptive saving
+        out = TXLOutput(logits=None if per_target else self.output_logits(h), mems=update_memory(hids, mems, cfg.mem_len),
                         attn=attn if return_attn else None, terms=terms if return_terms else None)
-        if targets is not None:
+        if per_target:  # only the targets' clusters: log_prob's values at the targets, computed cheaply
+            out.nll = self.crit.nll(h, targets.long()).float()
+        elif targets is not None:
             out.nll = F.cross_entropy(out.logits.float().flatten(0, 1), targets.long().flatten(),
                                       reduction="none").view(B, qlen)
             out.loss = out.nll.mean()
@@ -408,7 +433,7 @@ class TransformerXL(nn.Module):
                              "model.generate(torch.tensor([8, 9]), n_new)")
         if validation is not None:  # clear errors for bad arguments
             prompt = validation.check_generate(prompt, n_new, temperature, top_k)
-        seq = torch.as_tensor(prompt, device=self.out_bias.device).long()
+        seq = torch.as_tensor(prompt, device=self.pos_emb.inv_freq.device).long()
         squeeze = seq.dim() == 1
         seq = seq[None] if squeeze else seq
         L, recurrent = self.cfg.tgt_len, self.cfg.mem_len > 0

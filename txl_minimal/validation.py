@@ -34,6 +34,36 @@ def check_config(cfg) -> None:
         raise ValueError(f"TXLConfig.attn_type must be one of {ATTN_TYPES}, got {cfg.attn_type!r}")
     if cfg.adaptive_span and cfg.attn_type != "rel":
         raise ValueError("TXLConfig.adaptive_span needs attn_type='rel'")
+    check_clusters(cfg)
+
+
+def check_clusters(cfg) -> None:
+    """The word-level fields (adaptive.py): cutoffs that cut the vocabulary into non-empty
+    clusters, widths d_embed // div_val**i of at least 1, one tie_projs entry per cluster."""
+    cutoffs, V = cfg.cutoffs, cfg.vocab_size
+    if not isinstance(cutoffs, (list, tuple)) or not all(type(c) is int for c in cutoffs):
+        raise ValueError(f"TXLConfig.cutoffs must be a list of integers (e.g. [20000, 40000, 200000]; "
+                         f"[]: one plain softmax), got {cutoffs!r}")
+    ends = [0, *cutoffs, V]
+    for i, (lo, hi) in enumerate(zip(ends[:-1], ends[1:])):
+        if hi <= lo:  # also unsorted cutoffs, and one at or beyond the vocabulary
+            what = "the head" if i == 0 else f"tail cluster {i}"
+            raise ValueError(f"TXLConfig.cutoffs {list(cutoffs)} leave {what} [{lo}, {hi}) empty: cutoffs must "
+                             f"increase strictly from above 0 to below vocab_size={V}. Fix: sorted, distinct "
+                             f"values in 1..{V - 1}")
+    if cfg.d_embed is not None and (type(cfg.d_embed) is not int or cfg.d_embed < 1):
+        raise ValueError(f"TXLConfig.d_embed must be an integer >= 1 or None (= d_model), got {cfg.d_embed!r}")
+    if cfg.div_val > 1 and not cutoffs:
+        raise ValueError(f"TXLConfig.div_val={cfg.div_val} needs cutoffs: it narrows the tail clusters' vectors")
+    d_embed = cfg.d_embed or cfg.d_model
+    if d_embed // cfg.div_val ** len(cutoffs) < 1:
+        raise ValueError(f"TXLConfig: the last cluster's width d_embed // div_val**{len(cutoffs)} = "
+                         f"{d_embed} // {cfg.div_val ** len(cutoffs)} is 0. Fix: a smaller div_val or a larger d_embed")
+    tie = cfg.tie_projs
+    if tie is not None and (not isinstance(tie, (list, tuple)) or len(tie) != len(cutoffs) + 1
+                            or not all(isinstance(t, bool) for t in tie)):
+        raise ValueError(f"TXLConfig.tie_projs must be None or {len(cutoffs) + 1} bools, one per cluster (the head "
+                         f"and {len(cutoffs)} tail clusters of cutoffs {list(cutoffs)}), got {tie!r}")
 
 
 def check_inputs(model, tokens: torch.Tensor, mems, targets) -> None:
@@ -53,7 +83,7 @@ def check_inputs(model, tokens: torch.Tensor, mems, targets) -> None:
             raise ValueError(f"{what} ids must be in [0, {cfg.vocab_size - 1}] (vocab_size); got min "
                              f"{int(ids.min())}, max {int(ids.max())}. Encode text with txl_minimal.encode.")
     if mems:  # the memory of another model, batch, dtype or device would fail inside torch
-        B, d, p = tokens.size(0), cfg.d_model, model.out_bias
+        B, d, p = tokens.size(0), cfg.d_model, next(model.parameters())
         fits = [isinstance(m, torch.Tensor) and m.dim() == 3
                 and (m.size(0), m.size(2), m.dtype, m.device) == (B, d, p.dtype, p.device) for m in mems]
         if len(mems) != cfg.n_layer or not all(fits):
