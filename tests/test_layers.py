@@ -34,7 +34,7 @@ ALLOWED = {
     "tutorial.analysis": {"model", "data", "utils", "evaluate"},
     "tutorial.attention_maps": {"model", "data", "utils", "evaluate", "tutorial.analysis"},
     "tutorial.plotting": {"tutorial.analysis"},
-    "tutorial.exercises": {"model", "tutorial.analysis", "tutorial.attention_maps", "tutorial.context",
+    "tutorial.exercises": {"model", "adaptive", "tutorial.analysis", "tutorial.attention_maps", "tutorial.context",
                            "evaluate", "train", "variants"},  # the notebooks' checkers
     "tutorial.solutions": set(),  # their worked answers
     "tutorial.ablation": {"model", "data", "utils", "train", "flops"},

@@ -252,3 +252,40 @@ def test_train_and_evaluate_clis_report_perplexity_on_words(tmp_path, capsys):
                     "--no-progress"])
     assert "vocab_size is 27 but text8-mini-words has 10,001 symbols. Fix: --set vocab_size=10001" \
         in capsys.readouterr().err
+
+
+def test_training_with_cutoffs_has_a_loss_equal_to_the_full_softmax():
+    """In train mode the adaptive softmax's per-target NLL gives out.loss (it was None), equal to
+    the cross-entropy of the full log-probabilities that eval mode returns."""
+    from txl_minimal import TXLConfig, TransformerXL
+    torch.manual_seed(0)
+    model = TransformerXL(TXLConfig(vocab_size=50, n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32,
+                                    tgt_len=8, mem_len=8, dropout=0.0, cutoffs=[10, 30], div_val=2))
+    x, y = torch.randint(0, 50, (2, 8)), torch.randint(0, 50, (2, 8))
+    out = model.train()(x, targets=y)
+    out.loss.backward()
+    full = model.eval()(x, targets=y)
+    assert out.logits is None and torch.allclose(out.loss, full.loss, atol=1e-6)
+    assert all(p.grad is not None for p in model.crit.parameters())
+
+
+def test_a_tied_adaptive_model_is_stored_once_and_loads_back(tmp_path):
+    """save_recall_model stores a tied weight once (the shipped word pair: half the file);
+    load_recall_model ties it again, and a file missing an untied weight is refused."""
+    from txl_minimal import TXLConfig, TransformerXL
+    from txl_minimal.tasks import load_recall_model, round_to_float16, save_recall_model
+    torch.manual_seed(0)
+    model = round_to_float16(TransformerXL(TXLConfig(vocab_size=300, n_layer=1, n_head=2, d_model=16, d_head=8,
+                                                     d_inner=32, tgt_len=8, mem_len=8, cutoffs=[50, 100])).eval())
+    save_recall_model(model, tmp_path / "m.pt")
+    stored = torch.load(tmp_path / "m.pt", weights_only=True)["state_dict"]
+    assert "word_emb.emb_layers.0.weight" in stored and "crit.out_layers.0.weight" not in stored
+    back = load_recall_model(tmp_path / "m.pt")
+    x = torch.randint(0, 300, (1, 8))
+    assert torch.equal(back(x).logits, model(x).logits)
+    assert back.crit.out_layers[0].weight is back.word_emb.emb_layers[0].weight  # tied again
+    state = torch.load(tmp_path / "m.pt", weights_only=True)
+    del state["state_dict"]["crit.out_layers.0.bias"]
+    torch.save(state, tmp_path / "bad.pt")
+    with pytest.raises(ValueError, match=r"missing \['crit.out_layers.0.bias'\].*Fix"):
+        load_recall_model(tmp_path / "bad.pt")

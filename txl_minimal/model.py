@@ -415,6 +415,7 @@ class TransformerXL(nn.Module):
         elif targets is not None:
             out.nll = F.cross_entropy(out.logits.float().flatten(0, 1), targets.long().flatten(),
                                       reduction="none").view(B, qlen)
+        if targets is not None:
             out.loss = out.nll.mean()
             if cfg.adaptive_span:  # variants.SpanAttn: the L1 penalty on the spans
                 out.loss = out.loss + cfg.span_loss_coeff * sum(l.dec_attn.spans().mean() for l in self.layers)
