@@ -13,6 +13,7 @@ import torch
 
 from txl_minimal.checkpoint import load_checkpoint
 from txl_minimal.data import Corpus, load_corpus
+from txl_minimal.model import TransformerXL
 from txl_minimal.train import TrainConfig, lr_at, main, preset, train
 
 from tiny import ROOT, synthetic_corpus, tiny_cfg, tiny_train_cfg
@@ -41,6 +42,37 @@ def test_presets():
         preset("nope")
     with pytest.raises(ValueError, match="unknown setting 'n_layers'"):
         preset("cpu-tiny", n_layers=3)
+
+
+def test_wt103_preset_is_the_papers_base_model_and_trains_a_step(tmp_path):
+    """The WikiText-103 preset (no GPU here, no WikiText-103 either): the authors' base model,
+    151M parameters counted on the meta device, and two steps of its training settings (batch
+    of 2) with its four clusters and ties kept, on a small body, a 300-word fake vocabulary and
+    a Zipf-distributed slice, then its evaluation lengths (64 / 640 / clamp 400, same_length)."""
+    cfg, train_cfg = preset("wt103-base")
+    assert (cfg.n_layer, cfg.d_model, cfg.n_head, cfg.d_head, cfg.d_inner) == (16, 410, 10, 41, 2100)
+    assert (cfg.tgt_len, cfg.mem_len, cfg.cutoffs, cfg.div_val, cfg.d_embed) == (150, 150, [20000, 40000, 200000], 1, None)
+    assert (cfg.tie_weights, cfg.tie_projs, cfg.vocab_size) == (True, [False, True, True, True], 267_735)
+    assert (train_cfg.corpus, train_cfg.batch_size, train_cfg.lr, train_cfg.max_steps) == ("wt103", 60, 2.5e-4, 200_000)
+    assert (train_cfg.eval_tgt_len, train_cfg.eval_mem_len, train_cfg.eval_clamp_len, train_cfg.eval_same_length) == (
+        64, 640, 400, True)
+    with torch.device("meta"):  # shapes only: no 600 MB of weights
+        assert TransformerXL(cfg).num_params() == 151_107_538  # the paper's "151M"
+
+    V = 300
+    small = dict(vocab_size=V, cutoffs=[20, 40, 200], n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32,
+                 tgt_len=8, mem_len=8, d_embed=32)  # d_embed != d_model: the projections and tie_projs matter
+    cfg, train_cfg = preset("wt103-base", **small, batch_size=2, max_steps=2, eval_interval=2,
+                            out=str(tmp_path), device="cpu")
+    g = torch.Generator().manual_seed(0)
+    zipf = 1.0 / torch.arange(1, V + 1)
+    ids = torch.multinomial(zipf, 4 * 2 * 9 + 300, replacement=True, generator=g).int().numpy()
+    corpus = Corpus("wt103-slice", ids[:72], ids[72:200], ids[200:], vocab=tuple(map(str, range(V))))
+    res = train(cfg, train_cfg, corpus=corpus, progress=False)
+    assert res.step == 2 and math.isfinite(res.train_bpc) and math.isfinite(res.valid_bpc)
+    model = res.model
+    assert model.crit.out_projs[1] is model.word_emb.emb_projs[0] and model.crit.out_projs[0] is not None
+    assert model.crit.out_layers[0].weight is model.word_emb.emb_layers[0].weight
 
 
 # ----------------------------------------------------------------------------- training

@@ -3,8 +3,9 @@
     from txl_minimal import TXLConfig, TransformerXL, load_corpus, load_pretrained, generate_text
 
 The public API, by module (each imports only those above it; model.py needs torch alone,
-plus validation.py's clear errors inside the package):
+plus validation.py's clear errors and adaptive.py's word-level layers inside the package):
 
+    adaptive     AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax   (words: TXLConfig(cutoffs=[...]))
     model        TXLConfig, TransformerXL, TXLOutput             (the paper, Sec. 3; token ids in and out)
     variants     Shaw et al.'s encoding, adaptive span (registered on import)
     words        Vocab                                           (the authors' word vocabulary)

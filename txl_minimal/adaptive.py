@@ -22,6 +22,8 @@ projection per cluster (a projection even where its width equals d_proj). Needs 
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -40,9 +42,9 @@ def cluster_rows(ids: torch.Tensor, bounds: list[tuple[int, int]]) -> list[torch
     return [((ids >= lo) & (ids < hi)).nonzero().squeeze(1) for lo, hi in bounds]
 
 
-def _project(x: torch.Tensor, proj) -> torch.Tensor:
-    """x (..., d_proj) -> x @ proj (..., d_emb_i): the output side of a (d_proj, d_emb_i) projection."""
-    return x if proj is None else F.linear(x, proj.t())
+def _logits(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, proj) -> torch.Tensor:
+    """h (..., d_proj) through the projection (d_proj, d_emb_i), if any, then the cluster's words."""
+    return F.linear(h if proj is None else F.linear(h, proj.t()), weight, bias)
 
 
 def _log_softmax(logits: torch.Tensor) -> torch.Tensor:
@@ -102,7 +104,7 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
             nn.init.normal_(self.cluster_weight, 0.0, 0.02)
         self.out_layers = nn.ModuleList()
         self.out_projs = nn.ParameterList()
-        if div_val == 1:  # one output layer sliced per cluster; a projection per cluster if widths differ
+        if div_val == 1:  # one output layer split per cluster; a projection per cluster if widths differ
             self.out_layers.append(nn.Linear(d_embed, n_token))
             for _ in self.bounds:
                 self.out_projs.append(nn.Parameter(torch.empty(d_proj, d_embed)) if d_proj != d_embed else None)
@@ -115,39 +117,42 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
             if proj is not None:
                 nn.init.normal_(proj, 0.0, PROJ_INIT_STD)
 
-    def cluster_logits(self, h: torch.Tensor, i: int) -> torch.Tensor:
-        """Cluster i's logits (..., its words); the head (i = 0) ends with the n_clusters cluster logits."""
-        lo, hi = self.bounds[i]
-        layer = self.out_layers[0 if self.div_val == 1 else i]
-        weight, bias = layer.weight, layer.bias
-        if self.div_val == 1:
-            weight, bias = weight[lo:hi], bias[lo:hi]
-        if i == 0 and self.n_clusters:
-            weight = torch.cat([weight, self.cluster_weight])
-            bias = torch.cat([bias, self.cluster_bias])
-        return F.linear(_project(h, self.out_projs[i]), weight, bias)
+    def clusters(self) -> list[tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]]:
+        """(weight, bias, projection or None) of every cluster; the head's weight and bias end
+        with the n_clusters rows that score "the word is in tail cluster i"."""
+        if self.div_val == 1:  # split once: a slice per cluster would give each a vocabulary-sized gradient
+            sizes = [hi - lo for lo, hi in self.bounds]
+            layer = self.out_layers[0]
+            params = list(zip(layer.weight.split(sizes), layer.bias.split(sizes)))
+        else:
+            params = [(layer.weight, layer.bias) for layer in self.out_layers]
+        if self.n_clusters:
+            params[0] = (torch.cat([params[0][0], self.cluster_weight]), torch.cat([params[0][1], self.cluster_bias]))
+        return [(w, b, proj) for (w, b), proj in zip(params, self.out_projs)]
 
     def log_prob(self, h: torch.Tensor) -> torch.Tensor:
         """(..., d_proj) -> (..., n_token): log p(w) for every word; they sum to 1 in probability."""
-        head = _log_softmax(self.cluster_logits(h, 0))
+        clusters = self.clusters()
+        head = _log_softmax(_logits(h, *clusters[0]))
         if not self.n_clusters:
             return head
         parts = [head[..., :self.bounds[0][1]]]
         for i in range(1, self.n_clusters + 1):
             # the authors' layout: tail cluster i's logit is the head's i-th column from the end
-            parts.append(head[..., -i, None] + _log_softmax(self.cluster_logits(h, i)))
+            parts.append(head[..., -i, None] + _log_softmax(_logits(h, *clusters[i])))
         return torch.cat(parts, dim=-1)
 
     def nll(self, h: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """-log p(target) for hidden states (..., d_proj) and targets (...): ``log_prob`` at the
         targets, computing each tail only for the positions whose target falls in it."""
         flat_h, flat_t = h.reshape(-1, h.size(-1)), target.reshape(-1)
-        head = _log_softmax(self.cluster_logits(flat_h, 0))  # every position needs the head
+        clusters = self.clusters()
+        head = _log_softmax(_logits(flat_h, *clusters[0]))  # every position needs the head
         rows = cluster_rows(flat_t, self.bounds)
         picked = [head[rows[0], flat_t[rows[0]]]]  # head words: read off the head
         for i in range(1, self.n_clusters + 1):
             r, lo = rows[i], self.bounds[i][0]
-            tail = _log_softmax(self.cluster_logits(flat_h[r], i))
+            tail = _log_softmax(_logits(flat_h[r], *clusters[i]))
             picked.append(head[r, -i] + tail.gather(1, (flat_t[r] - lo)[:, None]).squeeze(1))
         logp = torch.cat(picked)
         logp = torch.zeros_like(logp).index_copy(0, torch.cat(rows), logp)  # back in position order

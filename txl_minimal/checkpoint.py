@@ -173,9 +173,10 @@ def _check_ties(model: TransformerXL, sd: dict[str, torch.Tensor]) -> None:
         present = [n for n in shared if n in sd]
         for other in present[1:]:
             if not torch.equal(sd[present[0]], sd[other]):
-                flag = "tie_weights=False" if "out_layers" in other else "tie_projs (False for that cluster)"
+                fix = ("TXLConfig(tie_weights=False)" if "out_layers" in other else
+                       f"TXLConfig(tie_projs=...) whose entry {other.rsplit('.', 1)[1]} is False")
                 raise ValueError(f"{other} differs from {present[0]}: the checkpoint does not share them as this "
-                                 f"model does. Build the model with TXLConfig({flag}).")
+                                 f"model does. Build the model with {fix}.")
 
 
 def checkpoint_file(target: str | Path) -> Path:

@@ -14,7 +14,8 @@ The relative attention score between query i and key j:
            + v^T Wk,R R_{i-j}           (d) global positional bias
 
 Also here: the vanilla baseline, ``attn_type="abs"`` (and ``"abs_far"``, the authors' variant
-that gives the memory farther positions); Shaw et al. and adaptive span are in ``variants.py``.
+that gives the memory farther positions); Shaw et al. and adaptive span are in ``variants.py``;
+the word-level embedding and softmax (``cutoffs``: adaptive input and softmax) in ``adaptive.py``.
 Only torch is needed (the package adds ``validation.py``'s clear errors). Names are the authors':
 ``r_w_bias`` is u, ``r_r_bias`` is v (``checkpoint.load_official_state_dict`` reads their weights).
 Shapes are batch first: tokens (B, T), states (B, T, d_model), scores (B, H, T, klen).
@@ -407,15 +408,17 @@ class TransformerXL(nn.Module):
             h, prob = layer(h, mem, pos, mask, u, v, return_attn or not self.fast_attn)
             attn.append(prob)
         h = self.drop(h)
-        per_target = self.crit is not None and self.training and targets is not None  # the adaptive saving
-        out = TXLOutput(logits=None if per_target else self.output_logits(h), mems=update_memory(hids, mems, cfg.mem_len),
+        # training on targets with the adaptive softmax: only the targets' clusters, not every word's
+        per_target = self.crit is not None and self.training and targets is not None
+        out = TXLOutput(logits=None if per_target else self.output_logits(h),
+                        mems=update_memory(hids, mems, cfg.mem_len),
                         attn=attn if return_attn else None, terms=terms if return_terms else None)
-        if per_target:  # only the targets' clusters: log_prob's values at the targets, computed cheaply
-            out.nll = self.crit.nll(h, targets.long()).float()
-        elif targets is not None:
-            out.nll = F.cross_entropy(out.logits.float().flatten(0, 1), targets.long().flatten(),
-                                      reduction="none").view(B, qlen)
         if targets is not None:
+            if per_target:
+                out.nll = self.crit.nll(h, targets.long()).float()
+            else:
+                out.nll = F.cross_entropy(out.logits.float().flatten(0, 1), targets.long().flatten(),
+                                          reduction="none").view(B, qlen)
             out.loss = out.nll.mean()
             if cfg.adaptive_span:  # variants.SpanAttn: the L1 penalty on the spans
                 out.loss = out.loss + cfg.span_loss_coeff * sum(l.dec_attn.spans().mean() for l in self.layers)

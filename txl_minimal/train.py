@@ -144,6 +144,18 @@ PRESETS: dict[str, dict[str, dict]] = {
                    # 3,800 / 1,000 belong to their 24-layer TF scripts
                    eval_tgt_len=80, eval_mem_len=2100, eval_clamp_len=820, eval_same_length=True,
                    log_interval=200, out="runs/paper-base")),
+    # The authors' WikiText-103 base model (run_wt103_base.sh; the paper's 151M parameters, 24.0
+    # test perplexity) on ONE GPU: their sizes, adaptive input and softmax tied with their cutoffs
+    # and tie_projs, their lr and steps, their evaluation (64 / 640 / clamp 400, same_length).
+    # Their batch of 60 was split over 4 GPUs; here all 60 go on one (README: ~17 GB in fp32).
+    "wt103-base": dict(
+        model=dict(vocab_size=267_735, n_layer=16, n_head=10, d_model=410, d_head=41, d_inner=2100,
+                   dropout=0.1, dropatt=0.0, tgt_len=150, mem_len=150, cutoffs=[20_000, 40_000, 200_000],
+                   div_val=1, tie_weights=True, tie_projs=[False, True, True, True]),
+        train=dict(corpus="wt103", batch_size=60, lr=2.5e-4, warmup_steps=0, max_steps=200_000,
+                   eval_interval=4000, eval_tokens=None, eval_batch_size=10, eval_tgt_len=64,
+                   eval_mem_len=640, eval_clamp_len=400, eval_same_length=True, log_interval=200,
+                   out="runs/wt103-base")),
 }
 
 

@@ -390,8 +390,9 @@ def check_adaptive_log_prob(answer: Optional[Callable]) -> Optional[bool]:
         crit = _adaptive_softmax(seed, n_token, 8, cutoffs, div_val)
         h = torch.randn(*shape, 8, dtype=torch.float64)
         with torch.no_grad():
-            head = torch.log_softmax(crit.cluster_logits(h, 0), -1)
-            tails = [torch.log_softmax(crit.cluster_logits(h, i), -1) for i in range(1, len(cutoffs) + 1)]
+            logp = [torch.log_softmax(torch.nn.functional.linear(h if proj is None else h @ proj, w, b), -1)
+                    for w, b, proj in crit.clusters()]  # the head (with its cluster rows), then each tail
+            head, tails = logp[0], logp[1:]
             cases.append(((head, tails), crit.log_prob(h), f"{n_token} words, cutoffs {cutoffs}, h of shape {tuple(h.shape)}"))
     return _check("check_adaptive_log_prob", answer, cases)
 
