@@ -23,7 +23,9 @@ CHECKS = [(exercises.check_mask, solutions.mask), (exercises.check_rel_shift, so
           (exercises.check_mean_distance, solutions.mean_distance), (exercises.check_entropy, solutions.entropy),
           (exercises.check_paired_gain, solutions.paired_gain),
           (exercises.check_relative_gain, solutions.relative_gain),
-          (exercises.check_span_mask, solutions.span_mask), (exercises.check_span_memory, solutions.span_memory)]
+          (exercises.check_span_mask, solutions.span_mask), (exercises.check_span_memory, solutions.span_memory),
+          (exercises.check_adaptive_log_prob, solutions.adaptive_log_prob),
+          (exercises.check_adaptive_params, solutions.adaptive_params)]
 
 WRONG = [
     (exercises.check_mask, lambda q, m, M, s: solutions.mask(q, m, M, False)),  # same_length ignored
@@ -65,6 +67,10 @@ WRONG = [
     (exercises.check_span_memory, lambda s, R, M: M),  # never trimmed
     (exercises.check_span_memory, lambda s, R, M: math.ceil(float(s.max()))),  # ramp forgotten
     (exercises.check_span_memory, lambda s, R, M: min(M, math.ceil(float(s.max()) + R))),  # one too many
+    (exercises.check_adaptive_log_prob, lambda h, t: solutions.adaptive_log_prob(h, t[::-1])),  # clusters reversed
+    (exercises.check_adaptive_log_prob, lambda h, t: torch.cat([h[..., :h.size(-1) - len(t)], *t], -1)),  # no log p_c
+    (exercises.check_adaptive_params, lambda V, d, c, k: V * d + V),  # the plain tied softmax
+    (exercises.check_adaptive_params, lambda V, d, c, k: solutions.adaptive_params(V, d, c, k) - len(c) * (d + 1)),
 ]
 
 

@@ -21,7 +21,8 @@ ALLOWED = {
     "fast": set(),  # torch only: the model's fast paths (model.py copied alone runs without them)
     "adaptive": set(),  # torch only: the word-level embedding and softmax
     "model": {"validation", "fast", "adaptive"},  # only inside the package: model.py copied alone runs without them
-    "data": {"utils"},  # generate_text calls model.generate without importing the model
+    "words": set(),  # the authors' Vocab
+    "data": {"utils", "words"},  # generate_text calls model.generate without importing the model
     "variants": {"model"},
     "flops": {"model"},
     "tasks": {"model", "utils"},  # the recall stream and its models
@@ -34,7 +35,7 @@ ALLOWED = {
     "tutorial.analysis": {"model", "data", "utils", "evaluate"},
     "tutorial.attention_maps": {"model", "data", "utils", "evaluate", "tutorial.analysis"},
     "tutorial.plotting": {"tutorial.analysis"},
-    "tutorial.exercises": {"model", "tutorial.analysis", "tutorial.attention_maps", "tutorial.context",
+    "tutorial.exercises": {"model", "adaptive", "tutorial.analysis", "tutorial.attention_maps", "tutorial.context",
                            "evaluate", "train", "variants"},  # the notebooks' checkers
     "tutorial.solutions": set(),  # their worked answers
     "tutorial.ablation": {"model", "data", "utils", "train", "flops"},

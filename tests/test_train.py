@@ -14,7 +14,7 @@ import torch
 from txl_minimal.checkpoint import load_checkpoint
 from txl_minimal.data import Corpus, load_corpus
 from txl_minimal.model import TransformerXL
-from txl_minimal.train import TrainConfig, lr_at, main, preset, train
+from txl_minimal.train import cpu_precision, TrainConfig, lr_at, main, preset, train
 
 from tiny import ROOT, synthetic_corpus, tiny_cfg, tiny_train_cfg
 
@@ -180,6 +180,7 @@ def test_ddp_two_cpu_processes_match_single_process(tmp_path):
 
 def test_cli_sets_any_field_with_set(tmp_path, capsys):
     """--set KEY=VALUE replaces the old one-field flags (--attn-type abs --mem-len 0 ...)."""
+    cpu_precision.cache_clear()  # (measured once per process and size: another test may have)
     main(["--preset", "cpu-tiny", "--max-steps", "2", "--out", str(tmp_path), "--no-progress", "--set",
           "attn_type=abs", "mem_len=0", "d_model=16", "d_head=8", "d_inner=32", "eval_tokens=64", "lr=0.002"])
     lines = capsys.readouterr().out.splitlines()

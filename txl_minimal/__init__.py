@@ -8,8 +8,10 @@ plus validation.py's clear errors and adaptive.py's word-level layers inside the
     adaptive     AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax   (words: TXLConfig(cutoffs=[...]))
     model        TXLConfig, TransformerXL, TXLOutput             (the paper, Sec. 3; token ids in and out)
     variants     Shaw et al.'s encoding, adaptive span (registered on import)
+    words        Vocab                                           (the authors' word vocabulary)
     data         load_corpus, Corpus, LMOrderedIterator, encode, decode, as_ids, VOCAB,
-                 generate_text(model, "the king ", n_new)        (text in, text out)
+                 generate_text(model, "the king ", n_new)        (text in, text out);
+                 words: load_corpus("text8-mini-words" | "wt103" | "wt2")
     checkpoint   save, load, save_checkpoint, load_checkpoint, model_from_checkpoint,
                  official_state_dict, load_official_state_dict   (the authors' weights)
     evaluate     read_segments, evaluate, sliding_window_eval    (python -m txl_minimal.evaluate)

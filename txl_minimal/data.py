@@ -1,12 +1,16 @@
-"""Character-level text8 (the paper's char benchmark) and its small shipped twin.
+"""Character-level text8 (the paper's char benchmark) and its small shipped twin; word-level
+WikiText-103 / WikiText-2 (the paper's word benchmarks) and text8-mini split into words.
 
     corpus = load_corpus("auto")              # text8 if present/downloadable, else text8-mini
     it = LMOrderedIterator(corpus.train, batch_size=22, tgt_len=512)
     for x, y in it: ...                       # (batch, seq) LongTensors, y = x shifted by one
+    words = load_corpus("text8-mini-words")   # offline: 10,000 words + <unk>; also "wt103", "wt2"
 
 text8 is 10^8 characters of cleaned English Wikipedia using 27 symbols: space
 and a-z. Like the authors' `prep_text8.py`, the last 10M characters are held
-out: 5M valid, then 5M test; the first 90M are train.
+out: 5M valid, then 5M test; the first 90M are train. A word corpus has
+``unit == "word"``: its ids index ``corpus.vocab`` (a tuple of symbols, by falling
+count), and it is scored in perplexity rather than bits per character.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import numpy as np
 import torch
 
 from txl_minimal.utils import atomic_write, check_shipped, remove_leftovers, shipped_fix
+from txl_minimal.words import Vocab, coverage
 
 VOCAB = " abcdefghijklmnopqrstuvwxyz"  # id 0 = space, 1 = a, ..., 26 = z
 VOCAB_SIZE = len(VOCAB)
@@ -95,13 +100,15 @@ def generate_text(model: torch.nn.Module, prompt: str, n_new: int, **kwargs) -> 
 
 @dataclass(repr=False)
 class Corpus:
-    """Encoded train/valid/test splits (uint8 numpy arrays, possibly memory-mapped)."""
+    """Encoded train/valid/test splits (numpy arrays, possibly memory-mapped): uint8 character
+    ids over VOCAB, or int32 word ids over a tuple of symbols (``unit="word"``)."""
 
     name: str
     train: np.ndarray
     valid: np.ndarray
     test: np.ndarray
-    vocab: str = VOCAB
+    vocab: str | tuple[str, ...] = VOCAB
+    unit: str = "character"  # "character" (scored in bpc) or "word" (scored in perplexity)
 
     @property
     def vocab_size(self) -> int:
@@ -109,7 +116,7 @@ class Corpus:
 
     def __repr__(self) -> str:
         return (f"Corpus({self.name!r}, train={len(self.train):,}, valid={len(self.valid):,}, "
-                f"test={len(self.test):,}, vocab_size={self.vocab_size})")
+                f"test={len(self.test):,}, vocab_size={self.vocab_size:,}, unit={self.unit!r})")
 
 
 def split_corpus(ids: np.ndarray, heldout_fraction: float = 0.1) -> tuple[np.ndarray, ...]:
@@ -153,42 +160,51 @@ def _check_text(text: bytes, src: Text8Source, data_dir: Path, what: str,
                           f"{hashlib.md5(text).hexdigest()}. " + _fix_hint(data_dir, src, placed))
 
 
-def _download_text8(src: Text8Source, data_dir: Path, opener: Callable, timeout: float,
-                    progress: bool) -> bytes:
-    """Fetch text8.zip to a temp file; it becomes text8.zip only once its content checks out."""
+def _download(url: str, dest: Path, opener: Callable, timeout: float, progress: bool,
+              expected_bytes: int, fix: str, verify: Callable[[Path], object]):
+    """Fetch ``url`` to a temp file beside ``dest`` with a progress bar; ``verify(temp)`` checks
+    it (raising CorpusError) and its result is returned; only then is the file renamed to
+    ``dest``. Anything that fails leaves no file behind. ``fix`` ends every error message."""
     from tqdm import tqdm
 
-    dest = data_dir / "text8.zip"
-    fd, tmp = tempfile.mkstemp(dir=data_dir, prefix="text8.zip.", suffix=".part")
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".", suffix=".part")
     try:
         with os.fdopen(fd, "wb") as f:
             try:
-                with opener(src.url, timeout=timeout) as r:
+                with opener(url, timeout=timeout) as r:
                     total = int(r.headers.get("Content-Length") or 0)  # 0: unknown
-                    with tqdm(total=total or src.zip_bytes, unit="B", unit_scale=True,
-                              desc="text8.zip", disable=not progress) as bar:
+                    with tqdm(total=total or expected_bytes, unit="B", unit_scale=True,
+                              desc=dest.name, disable=not progress) as bar:
                         while chunk := r.read(1 << 20):
                             f.write(chunk)
                             bar.update(len(chunk))
             # URLError, timeouts, refused connections are OSErrors; a body cut off
             # mid-stream is http.client.IncompleteRead, an HTTPException.
             except (OSError, http.client.HTTPException) as e:
-                raise CorpusError(f"could not download {src.url} ({e}). "
-                                  + _fix_hint(data_dir, src)) from e
+                raise CorpusError(f"could not download {url} ({e}). " + fix) from e
         got = os.path.getsize(tmp)
-        if got < total:  # a cut connection; the zip check below would catch it too
-            raise CorpusError(f"download of {src.url} stopped after {got:,} of {total:,} bytes. "
-                              + _fix_hint(data_dir, src))
-        sha = hashlib.sha256(Path(tmp).read_bytes()).hexdigest()
-        if sha != src.zip_sha256:  # only a warning: a re-zipped but identical text8 is fine
-            warnings.warn(f"text8.zip SHA-256 is {sha}, expected {src.zip_sha256}; "
-                          "checking the unzipped content instead")
-        text = _unzip_and_check(Path(tmp), src, data_dir, f"the file downloaded from {src.url}")
+        if got < total:  # a cut connection; the checks in verify would catch it too
+            raise CorpusError(f"download of {url} stopped after {got:,} of {total:,} bytes. " + fix)
+        result = verify(Path(tmp))
         os.replace(tmp, dest)
-        return text
+        return result
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _download_text8(src: Text8Source, data_dir: Path, opener: Callable, timeout: float,
+                    progress: bool) -> bytes:
+    """Fetch text8.zip to a temp file; it becomes text8.zip only once its content checks out."""
+    def verify(tmp: Path) -> bytes:
+        sha = hashlib.sha256(tmp.read_bytes()).hexdigest()
+        if sha != src.zip_sha256:  # only a warning: a re-zipped but identical text8 is fine
+            warnings.warn(f"text8.zip SHA-256 is {sha}, expected {src.zip_sha256}; "
+                          "checking the unzipped content instead")
+        return _unzip_and_check(tmp, src, data_dir, f"the file downloaded from {src.url}")
+
+    return _download(src.url, data_dir / "text8.zip", opener, timeout, progress, src.zip_bytes,
+                     _fix_hint(data_dir, src), verify)
 
 
 def default_text8_dir() -> Path:
@@ -291,9 +307,163 @@ def load_text8_mini(path: str | Path = MINI_PATH) -> Corpus:
     return Corpus("text8-mini", *split_corpus(ids))
 
 
+# ---------------------------------------------------------------------------- words
+
+MINI_WORDS_MAX_SIZE = 10_000  # text8-mini-words keeps its 10,000 most frequent train words (+ <unk>)
+
+
+def load_text8_mini_words(max_size: int = MINI_WORDS_MAX_SIZE, path: str | Path = MINI_PATH) -> Corpus:
+    """text8-mini as words: the character corpus's train/valid/test split (so a word cut by a
+    split boundary becomes two pieces), each split at spaces. The vocabulary is ``<unk>`` (id 0)
+    then the ``max_size`` most frequent words of train, by falling count; every other word is
+    ``<unk>``. text8 has no lines, so no ``<eos>``. Built in a fraction of a second: not cached."""
+    chars = load_text8_mini(path)
+    texts = [decode(split) for split in (chars.train, chars.valid, chars.test)]
+    vocab = Vocab(special=["<unk>"], max_size=max_size)
+    vocab.count_lines(texts[:1])
+    vocab.build_vocab()
+    return Corpus("text8-mini-words", *[vocab.encode_lines([t]) for t in texts],
+                  vocab=tuple(vocab.idx2sym), unit="word")
+
+
+@dataclass(frozen=True)
+class WikiTextSource:
+    """One WikiText archive (Merity et al., 2016; the authors' getdata.sh fetches the same zips)."""
+
+    name: str  # the corpus name in load_corpus: "wt103" or "wt2"
+    url: str
+    zip_name: str
+    folder: str  # the archive's folder, holding wiki.{train,valid,test}.tokens
+    zip_bytes: int  # the progress bar's total when the server sends no Content-Length
+    zip_md5: str
+    zip_sha256: str
+
+
+# The original s3.amazonaws.com/research.metamind.io/wikitext/ URLs answer 403 since 2023; the
+# dataset's author serves the same archives at wikitext.smerity.com. The MD5s are torchtext's
+# (torchtext/datasets/wikitext103.py and wikitext2.py, which verify every download against them);
+# the SHA-256s are those a Julia package registers for the same URLs (a `module WikiText` of
+# DataDeps.jl registrations, found by code search). The MD5 is the check (several independent
+# users agree on it); a SHA-256 mismatch only warns (one source; neither was verified here: no internet).
+# zip_bytes are approximate (progress bar only).
+WIKITEXT = {
+    "wt103": WikiTextSource("wt103", "https://wikitext.smerity.com/wikitext-103-v1.zip",
+                            "wikitext-103-v1.zip", "wikitext-103", 190_000_000,
+                            "9ddaacaf6af0710eda8c456decff7832",
+                            "242ba0f20b329cfdf1ccc61e9e9e5b59becf189db7f7a81cd2a0e2fc31539590"),
+    "wt2": WikiTextSource("wt2", "https://wikitext.smerity.com/wikitext-2-v1.zip",
+                          "wikitext-2-v1.zip", "wikitext-2", 4_500_000,
+                          "542ccefacc6c27f945fb54453812b3cd",
+                          "92675f1d63015c1c8b51f1656a52d5bdbc33aafa60cc47a218a66e7ee817488c"),
+}
+SPLITS = ("train", "valid", "test")
+
+
+def _wikitext_hint(d: Path, src: WikiTextSource, placed: Path | None = None) -> str:
+    first = f"delete or replace {placed}, then " if placed is not None else ""
+    return (f"Fix: {first}download {src.url} by hand and put {src.zip_name} in {d}/ , set "
+            f"TXL_DATA_DIR to where it is, or use the offline word corpus: load_corpus('text8-mini-words').")
+
+
+def _check_wikitext_zip(path: Path, src: WikiTextSource, d: Path, what: str,
+                        placed: Path | None = None) -> list[list[str]]:
+    """The lines of wiki.{train,valid,test}.tokens, once the archive's MD5 checks out."""
+    raw = path.read_bytes()
+    md5 = hashlib.md5(raw).hexdigest()
+    if md5 != src.zip_md5:
+        looks = (" It looks like an HTML page (an error or login page?), not a zip."
+                 if raw.lstrip()[:1] == b"<" else "")
+        raise CorpusError(f"{what} is not {src.zip_name}: expected MD5 {src.zip_md5}, got {md5} "
+                          f"({len(raw):,} bytes; truncated or another file?).{looks} "
+                          + _wikitext_hint(d, src, placed))
+    sha = hashlib.sha256(raw).hexdigest()
+    if sha != src.zip_sha256:
+        warnings.warn(f"{src.zip_name}: the MD5 matches but the SHA-256 is {sha}, not {src.zip_sha256}")
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return [zf.read(f"{src.folder}/wiki.{split}.tokens").decode("utf-8").splitlines()
+                    for split in SPLITS]
+    except (zipfile.BadZipFile, KeyError, EOFError, OSError, UnicodeDecodeError) as e:
+        raise CorpusError(f"{what} has the right MD5 but cannot be read ({e}). "
+                          + _wikitext_hint(d, src, placed)) from e
+
+
+def _read_word_cache(cache: list[Path], vocab_file: Path) -> tuple[list[np.ndarray], tuple[str, ...], str | None]:
+    """(splits, symbols, None) from the .npy cache, or ([], (), what is wrong with it)."""
+    symbols = tuple(vocab_file.read_text(encoding="utf-8").split("\n"))
+    arrays = []
+    for path in cache:
+        try:
+            arr = np.load(path, mmap_mode="r")
+        except (ValueError, OSError, EOFError) as e:
+            return [], (), f"{path} is truncated or corrupt ({e or type(e).__name__})"
+        if arr.dtype != np.int32 or arr.ndim != 1:
+            return [], (), f"{path} holds {arr.shape} {arr.dtype}, not int32 word ids"
+        arrays.append(arr)
+    return arrays, symbols, None
+
+
+def load_wikitext(name: str = "wt103", data_dir: str | Path | None = None, download: bool = True, *,
+                  source: WikiTextSource | None = None, opener: Callable | None = None,
+                  timeout: float = 5.0, progress: bool = True) -> Corpus:
+    """WikiText-103 (``"wt103"``) or WikiText-2 (``"wt2"``), word level, as the authors read it:
+    the vocabulary is ``<eos>`` then every word of train by falling count (``Vocab(special=
+    ["<eos>"])``, min_freq 0: 267,735 symbols for WikiText-103), one ``<eos>`` ends each line.
+
+    Read from the .npy cache in ``text8_dir(data_dir)`` (text8's folder); else from the zip
+    there; else downloaded (MD5-checked, written under a temp name, then renamed)."""
+    if name not in WIKITEXT and source is None:
+        raise ValueError(f"unknown WikiText {name!r}; use one of {sorted(WIKITEXT)}")
+    src = source or WIKITEXT[name]
+    d = text8_dir(data_dir)
+    cache = [d / f"{src.name}.{split}.npy" for split in SPLITS]
+    vocab_file = d / f"{src.name}.vocab.txt"
+    if all(p.exists() for p in cache) and vocab_file.exists():
+        arrays, symbols, problem = _read_word_cache(cache, vocab_file)
+        if problem is None:
+            return Corpus(src.name, *arrays, vocab=symbols, unit="word")
+        warnings.warn(f"{problem}; rebuilding the {src.name} cache in {d} from {src.zip_name} "
+                      "(or a download)", stacklevel=2)
+
+    remove_leftovers(d, f"{src.zip_name}*.part")
+    remove_leftovers(d, f"{src.name}.*.part")
+    zpath = d / src.zip_name
+    if zpath.exists():  # placed by hand or downloaded earlier
+        lines = _check_wikitext_zip(zpath, src, d, str(zpath), placed=zpath)
+    elif download:
+        d.mkdir(parents=True, exist_ok=True)
+        lines = _download(src.url, zpath, opener or urllib.request.urlopen, timeout, progress, src.zip_bytes,
+                          _wikitext_hint(d, src),
+                          lambda tmp: _check_wikitext_zip(tmp, src, d, f"the file downloaded from {src.url}"))
+    else:
+        raise CorpusError(f"{src.zip_name} not found in {d}/ and download=False. " + _wikitext_hint(d, src))
+
+    vocab = Vocab(special=["<eos>"], add_eos=True)
+    vocab.count_lines(lines[0])
+    vocab.build_vocab()
+    for path, split_lines in zip(cache, lines):
+        ids = vocab.encode_lines(split_lines)
+        atomic_write(path, lambda f, a=ids: np.save(f, a), suffix=".part")
+    atomic_write(vocab_file, lambda f: f.write("\n".join(vocab.idx2sym).encode("utf-8")),
+                 suffix=".part")  # written last: marks the cache complete
+    arrays, symbols, _ = _read_word_cache(cache, vocab_file)
+    return Corpus(src.name, *arrays, vocab=symbols, unit="word")
+
+
+def word_stats(corpus: Corpus) -> dict:
+    """Words, types and ``<unk>`` rate of a word corpus's splits (for READMEs and notebooks)."""
+    vocab = Vocab.from_symbols(corpus.vocab)
+    return {split: dict(words=len(ids), unk=1.0 - coverage(vocab, ids))
+            for split, ids in zip(SPLITS, (corpus.train, corpus.valid, corpus.test))}
+
+
+CORPORA = ("text8", "text8-mini", "auto", "text8-mini-words", "wt103", "wt2")  # load_corpus's names
+
+
 def load_corpus(name: str = "auto", data_dir: str | Path | None = None,
                 download: bool = True) -> Corpus:
-    """Load "text8", "text8-mini" or "auto" (text8 if present or downloadable, else mini).
+    """Load a corpus by name: characters "text8", "text8-mini" or "auto" (text8 if present or
+    downloadable, else mini); words "text8-mini-words" (offline), "wt103" or "wt2" (WikiText).
 
     $TXL_CORPUS, when set, overrides `name` (so CI can force text8-mini everywhere).
     """
@@ -302,8 +472,12 @@ def load_corpus(name: str = "auto", data_dir: str | Path | None = None,
         return load_text8_mini()
     if name == "text8":
         return load_text8(data_dir, download)
+    if name == "text8-mini-words":
+        return load_text8_mini_words()
+    if name in WIKITEXT:
+        return load_wikitext(name, data_dir, download)
     if name != "auto":
-        raise ValueError(f"unknown corpus {name!r}; use 'text8', 'text8-mini' or 'auto'")
+        raise ValueError(f"unknown corpus {name!r}; use one of {', '.join(map(repr, CORPORA))}")
     try:
         return load_text8(data_dir, download)
     except CorpusError as e:

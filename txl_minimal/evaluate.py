@@ -1,4 +1,4 @@
-"""Bits per character of a model or checkpoint: segments with memory, or the vanilla sliding window;
+"""Bits per character (words: perplexity) of a model or checkpoint: segments with memory, or the vanilla sliding window;
 and ``read_segments``, the loop that reads a long text segment by segment (Sec. 3.2).
 
     python -m txl_minimal.evaluate runs/cpu-tiny --split test         # a run directory (its ckpt.pt)
@@ -22,9 +22,9 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from txl_minimal.checkpoint import checkpoint_file, load_checkpoint, model_from_checkpoint, unwrap
-from txl_minimal.data import CorpusError, as_ids, load_corpus
+from txl_minimal.data import CORPORA, CorpusError, as_ids, load_corpus
 from txl_minimal.model import TransformerXL, TXLOutput
-from txl_minimal.utils import LN2, default_device, int_at_least, terminal_progress
+from txl_minimal.utils import default_device, int_at_least, score_name, score_of, terminal_progress
 
 
 def read_segments(model: TransformerXL, tokens: torch.Tensor, targets: Optional[torch.Tensor] = None,
@@ -63,12 +63,19 @@ def _scored_ids(data, limit: Optional[int], caller: str) -> tuple[torch.Tensor, 
     return ids, len(ids) - 1
 
 
+def _scores(loss: float, n_pred: int) -> dict:
+    """Every reading of a mean NLL (nats): bits per character for characters, perplexity for
+    words (exp of the NLL per word, the paper's word-level number); the caller picks."""
+    return dict(bpc=score_of(loss, "character"), ppl=score_of(loss, "word"), loss=loss, tokens=n_pred)
+
+
 @torch.no_grad()
 def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[int] = None,
              mem_len: Optional[int] = None, clamp_len: Optional[int] = None,
              same_length: Optional[bool] = None, max_tokens: Optional[int] = None,
              progress: bool = False, per_token: bool = False) -> dict:
-    """Bits per character of ``data`` read in segments with memory carried (Sec. 3.2).
+    """Bits per character of ``data`` read in segments with memory carried (Sec. 3.2); for word
+    ids read "ppl" (perplexity), also returned, as is "loss" (mean NLL in nats).
 
     Every token after the first is scored exactly once, the last short segment
     included: the text is cut into ``batch_size`` columns and column b also predicts
@@ -98,7 +105,7 @@ def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[
         if per_token:
             nll[:, s:s + L] = out.nll
     loss = total.item() / n_pred
-    result = dict(bpc=loss / LN2, loss=loss, tokens=n_pred)
+    result = _scores(loss, n_pred)
     if per_token:  # column b holds the b-th block of the text: row-major order is text order
         result["nll"] = nll.flatten()[:n_pred].cpu().numpy()
     return result
@@ -137,7 +144,7 @@ def sliding_window_eval(model: TransformerXL, data, context: int,
             if per_token:
                 parts.append(F.cross_entropy(logits, target, reduction="none").double())
     loss = total.item() / n_pred
-    result = dict(bpc=loss / LN2, loss=loss, tokens=n_pred)
+    result = _scores(loss, n_pred)
     if per_token:
         result["nll"] = torch.cat(parts).cpu().numpy()
     return result
@@ -148,7 +155,7 @@ def evaluate_checkpoint(target: str | Path, split: str = "valid", corpus: Option
                         batch_size: int = 1, tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
                         clamp_len: Optional[int] = None, same_length: Optional[bool] = None,
                         device: str = "auto", progress: bool = False) -> dict:
-    """bpc of a checkpoint (see checkpoint.checkpoint_file) on one split; writes nothing.
+    """bpc (words: ppl) of a checkpoint (see checkpoint.checkpoint_file) on one split; writes nothing.
 
     Segments with memory (``evaluate``; lengths left as None keep the training ones)
     or, with ``sliding_window=C``, the vanilla sliding window of C tokens. The corpus
@@ -165,6 +172,9 @@ def evaluate_checkpoint(target: str | Path, split: str = "valid", corpus: Option
     except ValueError as e:  # e.g. a checkpoint trained on a Corpus built in Python
         raise ValueError(f"{e}. The checkpoint {path} names corpus {name!r}. "
                          "Fix: choose the evaluation corpus with --corpus.") from e
+    if model.cfg.vocab_size < loaded.vocab_size:  # ids past the embedding: an IndexError inside torch
+        raise ValueError(f"the checkpoint {path} has vocab_size {model.cfg.vocab_size:,} but {loaded.name} has "
+                         f"{loaded.vocab_size:,} symbols. Fix: choose its training corpus with --corpus.")
     data = getattr(loaded, split)
     if sliding_window is not None:
         settings = dict(sliding_window=sliding_window)
@@ -174,19 +184,19 @@ def evaluate_checkpoint(target: str | Path, split: str = "valid", corpus: Option
         settings = {k: getattr(model.cfg, k) if v is None else v for k, v in given.items()}
         settings["batch_size"] = batch_size
         res = evaluate(model, data, batch_size, max_tokens=max_predictions, progress=progress, **given)
-    return dict(res, checkpoint=str(path), corpus=loaded.name, split=split, settings=settings)
+    return dict(res, checkpoint=str(path), corpus=loaded.name, unit=loaded.unit, split=split, settings=settings)
 
 
 SEGMENT_OPTIONS = ("tgt_len", "mem_len", "clamp_len", "same_length", "batch_size")
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    """The command line: print one checkpoint's bpc (see the module docstring)."""
+    """The command line: print one checkpoint's bpc, or perplexity on words (see the module docstring)."""
     p = argparse.ArgumentParser(prog="python -m txl_minimal.evaluate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", metavar="CKPT", help="txl | vanilla (shipped), a run directory or a checkpoint file")
     p.add_argument("--split", choices=("train", "valid", "test"), default="valid")
-    p.add_argument("--corpus", choices=("text8", "text8-mini", "auto"), help="default: the training corpus")
+    p.add_argument("--corpus", choices=CORPORA, help="default: the training corpus")
     seg = p.add_argument_group("segments with memory (the default evaluation)")
     seg.add_argument("--tgt-len", type=int_at_least(1), help="segment length (default: the training one)")
     seg.add_argument("--mem-len", type=int_at_least(0), help="memory length (default: the training one)")
@@ -212,10 +222,11 @@ def main(argv: Optional[list[str]] = None) -> None:
     except (ValueError, FileNotFoundError, CorpusError) as e:  # bad input: the message, no traceback
         p.error(str(e))
     settings = ", ".join(f"{k}={v}" for k, v in r["settings"].items())
-    print(f"{r['checkpoint']} on {r['corpus']} {r['split']}: bpc {r['bpc']:.4f} "
+    name = score_name(r["unit"])  # bpc for characters, ppl for words
+    print(f"{r['checkpoint']} on {r['corpus']} {r['split']}: {name} {r[name]:.4f} "
           f"over {r['tokens']:,} predictions ({settings})")
-    if not math.isfinite(r["bpc"]):  # exit 1, so that a script or CI notices
-        sys.exit(f"error: bpc {r['bpc']} is not finite: the weights hold NaN or inf (a diverged run?). "
+    if not math.isfinite(r["loss"]):  # exit 1, so that a script or CI notices
+        sys.exit(f"error: {name} {r[name]} is not finite: the weights hold NaN or inf (a diverged run?). "
                  "Fix: evaluate an earlier checkpoint, or train again with a lower lr.")
 
 

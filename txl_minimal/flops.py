@@ -88,3 +88,25 @@ def train_step_flops(cfg: TXLConfig, batch: int) -> float:
     # q.k, (q+v).R, p.v: every query against all K keys, in every layer and head
     attention = B * attention_pairs(cfg.n_layer, cfg.n_head, T, cfg.mem_len) * pair_flops(cfg.d_head, "rel")
     return 3.0 * (cfg.n_layer * matmuls + attention + 2 * B * T * d * cfg.vocab_size)
+
+
+def softmax_flops(n_token: int, d_model: int, cutoffs: Sequence[int] = (), div_val: int = 1,
+                  d_embed: Optional[int] = None, fractions: Optional[Sequence[float]] = None) -> dict:
+    """FLOPs per token of the output layer (``adaptive.ProjectedAdaptiveLogSoftmax``; no cutoffs:
+    the plain softmax, 2 d V). "all": every cluster, as ``log_prob`` (evaluation) computes them;
+    "train": the head plus tail i for the fraction ``fractions[i]`` of targets that fall in it,
+    as ``nll`` computes them (fractions: one per cluster, the head's first). A cluster's cost is
+    its projection (d_model x its width, where there is one) plus its rows x its width; the
+    head's rows include one per tail cluster."""
+    d_embed = d_embed or d_model
+    ends = [0, *cutoffs, n_token]
+    costs = []
+    for i, (lo, hi) in enumerate(zip(ends[:-1], ends[1:])):
+        width = d_embed // div_val ** i
+        proj = d_model * width if (div_val > 1 or width != d_model) else 0
+        rows = hi - lo + (len(cutoffs) if i == 0 else 0)
+        costs.append(2 * (proj + rows * width))
+    out = dict(all=sum(costs), clusters=costs)
+    if fractions is not None:
+        out["train"] = costs[0] + sum(f * c for f, c in zip(fractions[1:], costs[1:]))
+    return out

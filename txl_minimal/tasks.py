@@ -160,8 +160,21 @@ def save_recall_model(model: nn.Module, path: str | Path) -> None:
     Round it first with ``round_to_float16`` so that what is scored is what is stored."""
     kind = "lstm" if isinstance(model, LSTMLM) else model.cfg.attn_type
     config = {} if kind == "lstm" else model.cfg.to_dict()
-    state = {"kind": kind, "config": config, "state_dict": {k: v.half() for k, v in model.state_dict().items()}}
+    aliases = _tied_aliases(model)  # a tied weight (the adaptive softmax's) is stored once
+    weights = {k: v.half() for k, v in model.state_dict().items() if k not in aliases}
+    state = {"kind": kind, "config": config, "state_dict": weights}
     atomic_write(path, lambda f: torch.save(state, f))
+
+
+def _tied_aliases(model: nn.Module) -> set[str]:
+    """The state_dict names that repeat an earlier name's tensor (tied weights)."""
+    seen, aliases = set(), set()
+    for name, t in model.state_dict().items():
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+        if t.numel() and key in seen:
+            aliases.add(name)
+        seen.add(key)
+    return aliases
 
 
 def round_to_float16(model: nn.Module) -> nn.Module:
@@ -188,7 +201,10 @@ def load_recall_model(path: str | Path) -> nn.Module:
         else:
             model = TransformerXL(TXLConfig(**state["config"]))
         problem = non_finite(sd, "weights")
-        model.load_state_dict({k: v.float() for k, v in sd.items()})
+        missing, unexpected = model.load_state_dict({k: v.float() for k, v in sd.items()}, strict=False)
+        if unexpected or set(missing) - _tied_aliases(model):  # only a tied weight may be left out
+            problem = problem or (f"does not fit its config: missing {sorted(set(missing) - _tied_aliases(model))}, "
+                                  f"unexpected {sorted(unexpected)}")
     except Exception as e:
         problem = f"not a recall model ({type(e).__name__}: {str(e).split(chr(10))[0].split('. ')[0][:120]})"
     if problem:

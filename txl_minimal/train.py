@@ -10,7 +10,7 @@ The loop is the authors' (``pytorch/train.py``): Adam, linear warm-up then cosin
 decay, gradient clipping at 0.25, and memory carried from each segment to the next
 (Sec. 3.2). A batch is ``batch_size`` parallel columns of the text, so row b of step
 t+1 continues row b of step t; the memory is reset when a pass over the data begins.
-Every ``eval_interval`` steps the valid bpc is measured and OUT/ckpt.pt written;
+Every ``eval_interval`` steps the valid bpc (words: perplexity) is measured and OUT/ckpt.pt written;
 ``python -m txl_minimal.evaluate OUT`` scores a run afterwards. A run already in OUT
 is never replaced silently: continue it with --resume or replace it with --overwrite.
 OUT/train.lock keeps a second training out of OUT while one runs; Ctrl-C finishes the step
@@ -44,23 +44,23 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from txl_minimal.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from txl_minimal.data import Corpus, CorpusError, LMOrderedIterator, load_corpus
+from txl_minimal.data import CORPORA, Corpus, CorpusError, LMOrderedIterator, load_corpus
 from txl_minimal.evaluate import evaluate
 from txl_minimal.model import TransformerXL, TXLConfig
-from txl_minimal.utils import (LN2, bf16_speedup, default_device, int_at_least, remove_leftovers,
-                               seed_everything, terminal_progress)
+from txl_minimal.utils import (LN2, bf16_speedup, default_device, int_at_least, remove_leftovers, score_name,
+                               score_of, seed_everything, terminal_progress)
 
 CSV_COLUMNS = ("step", "tokens", "wall_time_s", "lr", "train_loss", "train_bpc", "valid_bpc")
 RUN_FILES = ("ckpt.pt", "log.csv")  # what a run writes in its --out directory
 LOCK = "train.lock"  # OUT/train.lock: the pid, host and start of the training writing there
-CHOICES = dict(corpus=("text8", "text8-mini", "auto", "wt103"), amp=("auto", "bf16", "fp16", "off"))
+CHOICES = dict(corpus=CORPORA, amp=("auto", "bf16", "fp16", "off"))
 
 
 @dataclass
 class TrainConfig:
     """Optimisation and bookkeeping; the model's hyper-parameters live in TXLConfig."""
 
-    corpus: str = "text8-mini"  # "text8" | "text8-mini" | "auto" | "wt103" (see data.load_corpus)
+    corpus: str = "text8-mini"  # "text8" | "text8-mini" | "auto" | words: "text8-mini-words" | "wt103" | "wt2"
     batch_size: int = 16  # global: split over the DDP ranks
     lr: float = 1e-3
     min_lr: float = 0.0  # cosine floor (the authors' eta_min)
@@ -203,12 +203,18 @@ class TrainResult:
 
     model: TransformerXL  # unwrapped, in eval mode
     step: int
-    train_bpc: float  # mean over the last log interval
+    train_bpc: float  # mean over the last log interval (in bits per token: loss / ln 2, also for words)
     valid_bpc: float  # last evaluation
     tokens_per_s: float
     wall_time_s: float
     out: Path
     complete: bool = False  # resume=True found the run already at its last step: nothing was trained
+    unit: str = "character"  # the corpus's: "word" is reported in perplexity (see score)
+
+    def score(self, which: str = "valid") -> tuple[str, float]:
+        """("bpc", value) for characters, ("ppl", value) for words, of the train or valid figure."""
+        bpc = self.valid_bpc if which == "valid" else self.train_bpc
+        return score_name(self.unit), score_of(bpc * LN2, self.unit)
 
 
 def _distributed() -> tuple[int, int, int]:
@@ -657,6 +663,10 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: lr_at(i + 1, cfg) / cfg.lr)
     parts = dict(model=raw, optimizer=opt, scheduler=sched, scaler=scaler)  # what a checkpoint restores
     corpus = corpus if corpus is not None else load_corpus(cfg.corpus)  # $TXL_CORPUS, "auto": see data.py
+    if model_cfg.vocab_size < corpus.vocab_size:  # else an IndexError deep inside the embedding
+        raise ValueError(f"TXLConfig.vocab_size is {model_cfg.vocab_size:,} but {corpus.name} has "
+                         f"{corpus.vocab_size:,} symbols. Fix: --set vocab_size={corpus.vocab_size}")
+    unit = score_name(corpus.unit)  # what the log lines call their numbers: bpc or ppl
     configs = dict(model_config=model_cfg.to_dict(), train_config=dict(asdict(cfg), corpus=corpus.name))
     ckpt_path = out_dir / "ckpt.pt"
     step, epoch, segment, elapsed, mems = 0, 0, 0, 0.0, None
@@ -699,11 +709,13 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
             train_bpc = _mean_loss(losses, world, device) / LN2
             tok_s = n_tok / max(t_train, 1e-9)
             losses = []
-            bar.set_postfix(loss=f"{train_bpc * LN2:.3f}", bpc=f"{train_bpc:.3f}", tok_s=f"{tok_s:,.0f}")
+            bar.set_postfix(loss=f"{train_bpc * LN2:.3f}", **{unit: f"{score_of(train_bpc * LN2, corpus.unit):.3f}"},
+                            tok_s=f"{tok_s:,.0f}")
             if do_eval and rank == 0:
                 valid_bpc = _valid_bpc(raw, corpus.valid, cfg, autocast)
                 if progress or print_evals:
-                    bar.write(f"step {step}: train bpc {train_bpc:.3f}, valid bpc {valid_bpc:.3f}")
+                    bar.write(f"step {step}: train {unit} {score_of(train_bpc * LN2, corpus.unit):.3f}, "
+                              f"valid {unit} {score_of(valid_bpc * LN2, corpus.unit):.3f}")
                     sys.stdout.flush()  # at once, also into a log file
             log.write(step, step * tokens_per_step, elapsed + time.perf_counter() - t_wall, lr_at(step, cfg), train_bpc,
                       valid_bpc if do_eval else None)
@@ -722,7 +734,7 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
         raise TrainingInterrupted(step, ckpt_path)
     _check_replicas_agree(raw, world)
     raw.eval()
-    return TrainResult(raw, step, train_bpc, valid_bpc, tok_s, elapsed, out_dir)
+    return TrainResult(raw, step, train_bpc, valid_bpc, tok_s, elapsed, out_dir, unit=corpus.unit)
 
 
 # ----------------------------------------------------------------------------- command line
@@ -754,7 +766,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--out", help="run directory (ckpt.pt, log.csv)")
     p.add_argument("--max-steps", type=int_at_least(1))
     p.add_argument("--batch-size", type=int_at_least(1))
-    p.add_argument("--corpus", choices=CHOICES["corpus"])
+    p.add_argument("--corpus", choices=CORPORA)
     p.add_argument("--device")
     p.add_argument("--compile", action="store_true", help="torch.compile each segment (TrainConfig.compile)")
     p.add_argument("--amp", choices=CHOICES["amp"], help="autocast: auto (bf16 where measured faster), bf16, fp16, off")
@@ -791,7 +803,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     if res.complete:
         return
     if _distributed()[0] == 0:
-        print(f"step {res.step}: train bpc {res.train_bpc:.4f}, valid bpc {res.valid_bpc:.4f}, "
+        (name, train_score), (_, valid_score) = res.score("train"), res.score("valid")
+        print(f"step {res.step}: train {name} {train_score:.4f}, valid {name} {valid_score:.4f}, "
               f"{res.tokens_per_s:,.0f} tokens/s, {res.wall_time_s:.0f} s -> {res.out}")
     if dist.is_initialized():
         # Free the DDP wrapper (held in reference cycles) while its process group still exists:

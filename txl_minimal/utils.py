@@ -18,6 +18,19 @@ import torch
 LN2 = math.log(2.0)  # nats per bit: bpc = loss / LN2
 
 
+def score_name(unit: str) -> str:
+    """What a corpus is scored in: "bpc" (bits per character) for characters, "ppl"
+    (perplexity per word) for words, as the paper reports them."""
+    if unit not in ("character", "word"):
+        raise ValueError(f"unit must be 'character' or 'word', got {unit!r}")
+    return "bpc" if unit == "character" else "ppl"
+
+
+def score_of(loss: float, unit: str) -> float:
+    """A mean NLL in nats as ``score_name(unit)``: loss / ln 2 for characters, exp(loss) for words."""
+    return loss / LN2 if score_name(unit) == "bpc" else math.exp(min(loss, 700.0))
+
+
 def check(condition: bool, claim: str) -> None:
     """A notebook's claim, checked at the end of the cell that makes it: silent when it holds,
     an ``AssertionError`` naming the claim when it does not (say, for a reader's own model)."""

@@ -14,6 +14,7 @@ from typing import Callable, Iterable, Optional
 import numpy as np
 import torch
 
+from txl_minimal.adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax, tie
 from txl_minimal.evaluate import sliding_window_eval
 from txl_minimal.model import TransformerXL, TXLConfig, attention_mask
 from txl_minimal.train import TrainConfig, lr_at
@@ -366,3 +367,47 @@ def check_span_memory(answer: Optional[Callable]) -> Optional[bool]:
         assert att.trim_memory(torch.zeros(1, mem_len, 16)).size(1) in (needed, needed + 1)
         cases.append(((spans, ramp, mem_len), needed, f"spans={[round(x, 2) for x in spans.tolist()]}, R={ramp}, M={mem_len}"))
     return _check("check_span_memory", answer, cases)
+
+
+def _adaptive_softmax(seed: int, n_token: int, d: int, cutoffs: list, div_val: int) -> ProjectedAdaptiveLogSoftmax:
+    """An adaptive softmax with every weight drawn at a visible scale (not the tiny init)."""
+    torch.manual_seed(seed)
+    crit = ProjectedAdaptiveLogSoftmax(n_token, d, d, cutoffs, div_val).double()
+    with torch.no_grad():
+        for p in crit.parameters():
+            p.normal_(0.0, 0.5)
+    return crit
+
+
+def check_adaptive_log_prob(answer: Optional[Callable]) -> Optional[bool]:
+    """``answer(head, tails)`` -> log p(w) for every word (..., n_token): ``head`` are the head's
+    log-probabilities (..., c_1 + n), its words then the cluster columns (tail cluster i's
+    column is the i-th from the end), ``tails[i - 1]`` tail cluster i's log-probabilities
+    within the cluster. Compared with ``ProjectedAdaptiveLogSoftmax.log_prob``."""
+    cases = []
+    for seed, (n_token, cutoffs, div_val, shape) in enumerate(
+            ((10, [4, 7], 2, (5,)), (12, [3], 1, (2, 3)), (20, [5, 8, 15], 2, (4,)), (9, [2, 3], 1, (1,)))):
+        crit = _adaptive_softmax(seed, n_token, 8, cutoffs, div_val)
+        h = torch.randn(*shape, 8, dtype=torch.float64)
+        with torch.no_grad():
+            logp = [torch.log_softmax(torch.nn.functional.linear(h if proj is None else h @ proj, w, b), -1)
+                    for w, b, proj in crit.clusters()]  # the head (with its cluster rows), then each tail
+            head, tails = logp[0], logp[1:]
+            cases.append(((head, tails), crit.log_prob(h), f"{n_token} words, cutoffs {cutoffs}, h of shape {tuple(h.shape)}"))
+    return _check("check_adaptive_log_prob", answer, cases)
+
+
+def check_adaptive_params(answer: Optional[Callable]) -> Optional[bool]:
+    """``answer(n_token, d, cutoffs, div_val)`` -> the parameters of the adaptive input and
+    softmax as the package builds them for ``div_val > 1`` and ``d_embed == d``, weights tied
+    (``tie_weight``), projections not (``tie_projs`` all False); counted on the meta device."""
+    cases = []
+    for n_token, d, cutoffs, div_val in ((10_001, 128, [2000, 6000], 2), (267_735, 1024, [20_000, 40_000, 200_000], 4),
+                                         (100, 16, [10], 4), (50, 8, [5, 20, 30], 2)):
+        with torch.device("meta"):
+            emb = AdaptiveEmbedding(n_token, d, d, cutoffs, div_val)
+            crit = ProjectedAdaptiveLogSoftmax(n_token, d, d, cutoffs, div_val)
+        tie(emb, crit, True, [])
+        count = sum(p.numel() for p in torch.nn.ModuleList([emb, crit]).parameters())  # shared once
+        cases.append(((n_token, d, list(cutoffs), div_val), count, f"n_token={n_token}, d={d}, cutoffs={cutoffs}, div_val={div_val}"))
+    return _check("check_adaptive_params", answer, cases)

@@ -170,3 +170,24 @@ def span_memory(spans: torch.Tensor, ramp: int, mem_len: int) -> int:
     """A head weights distance x only if x < z + R, and memory position k is at distance k from
     the segment's first query: the layer needs ceil(max z + R) - 1 positions (at most M)."""
     return min(mem_len, math.ceil(float(spans.max()) + ramp) - 1)
+
+
+def adaptive_log_prob(head: torch.Tensor, tails: list) -> torch.Tensor:
+    """Head words: read off the head. Tail cluster i: its cluster's log-probability (the head's
+    i-th column from the end) plus the word's within the cluster: log p = log p_c + log p(w | c)."""
+    n = len(tails)
+    parts = [head[..., :head.size(-1) - n]]
+    parts += [head[..., -i, None] + tail for i, tail in enumerate(tails, start=1)]
+    return torch.cat(parts, dim=-1)
+
+
+def adaptive_params(n_token: int, d: int, cutoffs: list, div_val: int) -> int:
+    """Per cluster i of width d_i = d // div_val**i: its table (tied: shared with the output
+    weight), an input and an output projection d x d_i, an output bias per word; plus the
+    head's n cluster weights (d each) and biases."""
+    ends, n = [0, *cutoffs, n_token], len(cutoffs)
+    total = n * d + n
+    for i, (lo, hi) in enumerate(zip(ends[:-1], ends[1:])):
+        d_i = d // div_val ** i
+        total += (hi - lo) * d_i + 2 * d * d_i + (hi - lo)
+    return total
