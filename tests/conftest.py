@@ -1,6 +1,8 @@
 """Shared fixtures: one tiny Transformer-XL for every test that needs a model."""
 from __future__ import annotations
 
+import urllib.request
+
 import pytest
 import torch
 
@@ -31,3 +33,17 @@ def tiny_model(tiny_config):
                 p.add_(noise * torch.randn_like(p))
         return model
     return make
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Tests may open file:// URLs only; anything else fails loudly instead of downloading."""
+    real = urllib.request.urlopen
+
+    def guarded(url, *args, **kwargs):
+        assert str(url).startswith("file:"), f"test tried to reach the network: {url}"
+        return real(url, *args, **kwargs)
+
+    monkeypatch.setattr(urllib.request, "urlopen", guarded)
+    monkeypatch.delenv("TXL_CORPUS", raising=False)
+    monkeypatch.delenv("TXL_DATA_DIR", raising=False)

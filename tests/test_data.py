@@ -25,18 +25,7 @@ from txl_minimal.data import (MINI_PATH, REPO_DATA, VOCAB, VOCAB_SIZE, Corpus, C
                               load_text8, load_text8_mini, split_corpus, text8_dir)
 
 
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    """Tests may open file:// URLs only; anything else fails loudly instead of downloading."""
-    real = urllib.request.urlopen
-
-    def guarded(url, *args, **kwargs):
-        assert str(url).startswith("file:"), f"test tried to reach the network: {url}"
-        return real(url, *args, **kwargs)
-
-    monkeypatch.setattr(urllib.request, "urlopen", guarded)
-    monkeypatch.delenv("TXL_CORPUS", raising=False)
-    monkeypatch.delenv("TXL_DATA_DIR", raising=False)
+pytestmark = pytest.mark.usefixtures("no_network")  # (tests/conftest.py: file:// URLs only)
 
 
 # ---------------------------------------------------------------- vocabulary and splits

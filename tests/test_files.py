@@ -447,6 +447,7 @@ def test_text8_dir_with_home_unset_and_data_dir_missing(tmp_path, monkeypatch):
     monkeypatch.delenv("HOME", raising=False)
     assert data.text8_dir().name == "text8"  # the password database's home, no KeyError
     monkeypatch.setenv("TXL_DATA_DIR", str(tmp_path / "missing"))
+    monkeypatch.delenv("TXL_CORPUS", raising=False)  # (make test sets it to text8-mini, which would win)
     with pytest.raises(CorpusError, match=f"text8 not found in {re.escape(str(tmp_path / 'missing'))}.*Fix"):
         data.load_corpus("text8", download=False)
 

@@ -5,7 +5,6 @@ and word ids through LMOrderedIterator and evaluate."""
 import hashlib
 import io
 import re
-import urllib.request
 import zipfile
 from collections import Counter
 from dataclasses import replace
@@ -20,17 +19,7 @@ from txl_minimal.data import (SPLITS, WIKITEXT, CorpusError, LMOrderedIterator, 
 from txl_minimal.words import Vocab, coverage
 
 
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    real = urllib.request.urlopen
-
-    def guarded(url, *args, **kwargs):
-        assert str(url).startswith("file:"), f"test tried to reach the network: {url}"
-        return real(url, *args, **kwargs)
-
-    monkeypatch.setattr(urllib.request, "urlopen", guarded)
-    monkeypatch.delenv("TXL_CORPUS", raising=False)
-    monkeypatch.delenv("TXL_DATA_DIR", raising=False)
+pytestmark = pytest.mark.usefixtures("no_network")  # (tests/conftest.py: file:// URLs only)
 
 
 # ---------------------------------------------------------------- Vocab

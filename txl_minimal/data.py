@@ -116,7 +116,8 @@ class Corpus:
 
     def __repr__(self) -> str:
         return (f"Corpus({self.name!r}, train={len(self.train):,}, valid={len(self.valid):,}, "
-                f"test={len(self.test):,}, vocab_size={self.vocab_size:,}, unit={self.unit!r})")
+                f"test={len(self.test):,}, vocab_size={self.vocab_size:,}"
+                + ("" if self.unit == "character" else f", unit={self.unit!r}") + ")")
 
 
 def split_corpus(ids: np.ndarray, heldout_fraction: float = 0.1) -> tuple[np.ndarray, ...]:
