@@ -363,8 +363,11 @@ def test_two_trainings_started_together_into_one_out(tmp_path):
 def test_ctrl_c_saves_a_resumable_checkpoint_and_resume_is_bit_exact(tmp_path, monkeypatch):
     steps, args = 600, ["--set", *TINY_SET, "dropout=0.1", "log_interval=5", "eval_interval=200"]
     out = tmp_path / "interrupted"
+    # (a test run started in the background inherits an ignored SIGINT, which training keeps
+    # ignoring on purpose: give the child the default handler, as a terminal's process has)
     p = subprocess.Popen(cli(out, "--max-steps", str(steps), *args), env=ENV, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     log = out / "log.csv"
     deadline = time.time() + 120
     while not (log.exists() and len(log.read_text().splitlines()) > 3) and time.time() < deadline:
