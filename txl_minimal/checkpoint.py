@@ -3,8 +3,9 @@ describes, the RNG state that makes a resumed run bit-exact, where the shipped m
 and the authors' parameter names (``official_state_dict``, ``load_official_state_dict``).
 
 A training checkpoint (``train.py``) holds ``format``, ``model``, ``optimizer``,
-``scheduler``, ``scaler``, ``model_config``, ``train_config``, ``step``, ``data``
-(epoch, segment), ``mems``, ``rng`` (one state per rank) and ``wall_time_s``; a
+``scheduler``, ``scaler``, ``model_config``, ``train_config``, ``choice`` (the precision and
+attention path amp="auto" chose, which a resume keeps), ``step``, ``data`` (epoch, segment),
+``mems``, ``rng`` (one state per rank, CPU tensors) and ``wall_time_s``; a
 shipped one (``pretrained.py``) only the weights, the configs, step and wall time;
 one written by ``save`` only the weights and the model config. Each also holds
 ``model_sha256``, the checksum of its weights (``weights_sha256``), and (format 2) ``state_sha256``,
@@ -258,9 +259,10 @@ def checkpoint_file(target: str | Path) -> Path:
     return path
 
 
-def rng_state() -> dict:
-    """This process's RNG states (torch, CUDA, numpy, python) as tensors and plain
-    lists, so that a checkpoint holding them still loads with weights_only=True."""
+def rng_state(device: Optional[torch.device | str] = None) -> dict:
+    """This process's RNG states (torch, CUDA, numpy, python) as CPU tensors and plain lists, so
+    that a checkpoint holding them still loads with weights_only=True. CUDA's is the generator of
+    ``device`` when it is a GPU (the one training draws from), else of the current GPU."""
     keys, pos, has_gauss, gauss = np.random.get_state()[1:]
     version, py_state, py_gauss = random.getstate()
     state = dict(torch=torch.get_rng_state(),
@@ -268,16 +270,19 @@ def rng_state() -> dict:
                             has_gauss=has_gauss, gauss=gauss),
                  python=dict(version=version, state=list(py_state), gauss=py_gauss))
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
+        gpu = torch.device(device) if device is not None and torch.device(device).type == "cuda" else "cuda"
+        state["cuda"] = torch.cuda.get_rng_state(gpu)
     return state
 
 
-def set_rng_state(state: dict) -> None:
-    """Restore what ``rng_state()`` returned (CUDA only where there is a GPU)."""
-    torch.set_rng_state(state["torch"])
+def set_rng_state(state: dict, device: Optional[torch.device | str] = None) -> None:
+    """Restore what ``rng_state(device)`` returned (CUDA only where there is a GPU). The states may
+    come from a checkpoint loaded onto a GPU: torch takes them only as CPU byte tensors."""
+    torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
+        gpu = torch.device(device) if device is not None and torch.device(device).type == "cuda" else "cuda"
+        torch.cuda.set_rng_state(state["cuda"].cpu(), gpu)
     n = state["numpy"]
-    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    np.random.set_state(("MT19937", n["keys"].cpu().numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
     p = state["python"]
     random.setstate((p["version"], tuple(p["state"]), p["gauss"]))

@@ -53,7 +53,7 @@ from txl_minimal.utils import (LN2, bf16_speedup, default_device, int_at_least, 
 CSV_COLUMNS = ("step", "tokens", "wall_time_s", "lr", "train_loss", "train_bpc", "valid_bpc")
 RUN_FILES = ("ckpt.pt", "log.csv")  # what a run writes in its --out directory
 LOCK = "train.lock"  # OUT/train.lock: the pid, host and start of the training writing there
-CHOICES = dict(corpus=CORPORA, amp=("auto", "bf16", "fp16", "off"))
+CHOICES = dict(corpus=CORPORA, amp=("auto", "bf16", "fp16", "off"), attention=("auto", "fast", "explicit"))
 
 
 @dataclass
@@ -77,7 +77,8 @@ class TrainConfig:
     log_interval: int = 50  # steps per CSV row
     seed: int = 0
     out: str = "runs/default"  # ckpt.pt and log.csv go here
-    amp: str = "auto"  # "auto" (CUDA: bf16, fp16 before Ampere; CPU: bf16 only where a measured matmul of the model's size is faster, fp32 otherwise: benchmarks/README.md) | "bf16" | "fp16" | "off" (fp32)
+    amp: str = "auto"  # "auto" (measured, see choose_precision: CPU: bf16 only where a matmul of the model's size is faster; GPU: the faster of a few real steps in fp32 and bf16 (fp16 before Ampere)) | "bf16" | "fp16" | "off" (fp32)
+    attention: str = "auto"  # "fast" (fast.py's paths) | "explicit" (model.py's code) | "auto" (CPU: fast; GPU: measured with amp)
     compile: bool = False  # torch.compile each segment (falls back to eager, with one line, where it cannot)
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:1" ...
 
@@ -264,20 +265,138 @@ def cpu_precision(rows: int, d_model: int, d_inner: int) -> tuple[str, float]:
     return amp, speedup
 
 
-def _device_and_amp(cfg: TrainConfig, local_rank: int, model_cfg: Optional[TXLConfig] = None
-                    ) -> tuple[torch.device, contextlib.AbstractContextManager, torch.amp.GradScaler]:
-    """(device, autocast context, gradient scaler) for cfg.device and cfg.amp."""
-    device = torch.device(default_device(local_rank) if cfg.device == "auto" else cfg.device)
-    amp = cfg.amp
-    if amp == "auto" and device.type == "cpu":  # bf16 only where this CPU multiplies it faster
-        amp = "off" if model_cfg is None else cpu_precision(
-            cfg.batch_size * model_cfg.tgt_len, model_cfg.d_model, model_cfg.d_inner)[0]
-    if amp == "auto":  # bf16 where the GPU has it (Ampere+); fp16 + loss scaling on older ones (T4)
-        amp = "bf16" if torch.cuda.get_device_capability(device)[0] >= 8 else "fp16"
+def time_training_step(model_cfg: TXLConfig, batch: int, device: torch.device, amp: str, fast_attn: bool,
+                       steps: int = 5) -> float:
+    """Median seconds of one training step (forward with a full memory, backward, Adam) of a fresh
+    ``model_cfg`` model on random ids, under ``amp``: what ``choose_precision`` compares on a GPU,
+    where a small model is bound by kernel launches, not by its matmuls."""
+    model = TransformerXL(TXLConfig(**model_cfg.to_dict())).to(device)
+    model.fast_attn = fast_attn
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    autocast, scaler = amp_context(amp, device)
+    x = torch.randint(0, model_cfg.vocab_size, (batch, model_cfg.tgt_len + 1), device=device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda *a: None)
+    warm = -(-model_cfg.mem_len // model_cfg.tgt_len) + 1  # until the memory is full, and once more
+    times, mems = [], None
+    for i in range(warm + steps):
+        sync(device)
+        t0 = time.perf_counter()
+        with autocast:
+            out = model(x[:, :-1], mems, targets=x[:, 1:])
+        scaler.scale(out.loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        mems = out.mems
+        sync(device)
+        if i >= warm:
+            times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
+def _low_precision(device: torch.device) -> str:
+    """The autocast dtype a GPU multiplies fast: bf16 from Ampere on, fp16 (+ loss scaling) before (T4)."""
+    return "bf16" if torch.cuda.get_device_capability(device)[0] >= 8 else "fp16"
+
+
+def _measured_choice(model_cfg: TXLConfig, batch: int, device: torch.device, amps: list[str],
+                     paths: list[bool]) -> tuple[str, bool, str]:
+    """(amp, fast_attn, reason): the fastest of amps x paths by ``time_training_step``. A candidate
+    that runs out of memory is left out (fp32 needs more than bf16)."""
+    timed = {}
+    for amp in amps:
+        for fast_attn in paths:
+            try:
+                timed[amp, fast_attn] = time_training_step(model_cfg, batch, device, amp, fast_attn)
+            except torch.cuda.OutOfMemoryError:
+                pass
+            finally:
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+    if not timed:
+        raise RuntimeError(f"every precision ran out of memory for a training step of batch {batch} on {device}. "
+                           "Fix: a smaller batch_size or model")
+    best = min(timed, key=timed.get)
+    name = lambda amp, fast_attn: f"{'fp32' if amp == 'off' else amp} {'fast' if fast_attn else 'explicit'}"  # noqa: E731
+    steps = ", ".join(f"{name(*k)} {t * 1e3:.1f} ms" for k, t in timed.items())
+    return (*best, f"a training step of this model on {_device_name(device)}: {steps}")
+
+
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "this CPU"
+
+
+def choose_precision(cfg: TrainConfig, model_cfg: TXLConfig, device: torch.device,
+                     recorded: Optional[dict] = None) -> dict:
+    """What ``train`` runs in: {"amp": "bf16" | "fp16" | "off", "fast_attn": bool, "reason": str}.
+
+    cfg.amp and cfg.attention name a choice, or "auto": measure. On a CPU, bf16 where a matmul of the
+    model's feed-forward size runs >= BF16_MIN_SPEEDUP x fp32 (``cpu_precision``), and the fast paths
+    (benchmarks/README.md: 1.35x a training step). On a GPU, a few real training steps of each
+    candidate (fp32 and the GPU's low precision, fast and explicit attention), the fastest kept:
+    small models are launch-bound there, and bf16 came out slower than fp32 on an H100.
+    ``recorded``: the choice a checkpoint holds; a resumed "auto" keeps it instead of choosing again.
+    What "auto" chose is printed with its reason."""
+    auto_amp, auto_path = cfg.amp == "auto", cfg.attention == "auto"
+    if recorded and (auto_amp or auto_path):
+        amp = recorded["amp"] if auto_amp else cfg.amp
+        fast_attn = recorded["fast_attn"] if auto_path else cfg.attention == "fast"
+        print(f"amp/attention 'auto': as when this run started ({recorded['reason']}) -> {_described(amp, fast_attn)}")
+        return dict(amp=amp, fast_attn=fast_attn, reason=recorded["reason"])
+    amp = None if auto_amp else cfg.amp
+    fast_attn = None if auto_path else cfg.attention == "fast"
+    if device.type != "cpu" and (amp is None or fast_attn is None):  # measured: real steps
+        batch = cfg.batch_size // _distributed()[1]
+        amps = [_low_precision(device), "off"] if amp is None else [amp]
+        paths = [True, False] if fast_attn is None else [fast_attn]
+        amp, fast_attn, reason = _measured_choice(model_cfg, batch, device, amps, paths)
+        print(f"amp/attention 'auto': {reason} -> {_described(amp, fast_attn)} (amp= or attention= chooses)")
+        return dict(amp=amp, fast_attn=fast_attn, reason=reason)
+    reason = "as set"  # a CPU: the fast paths (measured once, benchmarks/README.md); bf16 by a matmul
+    if amp is None:  # (cpu_precision prints its measurement once per process and size)
+        amp, speedup = cpu_precision(cfg.batch_size * model_cfg.tgt_len, model_cfg.d_model, model_cfg.d_inner)
+        reason = f"a bf16 matmul of this model's size runs {speedup:.2f}x fp32 on this CPU"
+    return dict(amp=amp, fast_attn=True if fast_attn is None else fast_attn, reason=reason)
+
+
+def _described(amp: str, fast_attn: bool) -> str:
+    return (f"{'fp32' if amp == 'off' else amp + ' autocast'}, "
+            f"{'fast' if fast_attn else 'explicit'} attention")
+
+
+def choose_once(cfg: TrainConfig, model_cfg: TXLConfig, device: torch.device, recorded: Optional[dict],
+                rank: int, world: int) -> dict:
+    """``choose_precision`` by rank 0 alone, its choice sent to every rank of a torchrun launch: the
+    same precision and attention path in every replica (ranks measuring each would follow their own
+    noise, and a replica in bf16 beside one in fp32 averages gradients of two different models)."""
+    choice = choose_precision(cfg, model_cfg, device, recorded) if rank == 0 else None
+    if world > 1:
+        box = [choice]
+        dist.broadcast_object_list(box, src=0)
+        choice = box[0]
+    return choice
+
+
+def amp_context(amp: str, device: torch.device) -> tuple[contextlib.AbstractContextManager, torch.amp.GradScaler]:
+    """(autocast context, gradient scaler) of a resolved amp ("bf16", "fp16" or "off")."""
     autocast = (contextlib.nullcontext() if amp == "off" else
                 torch.autocast(device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16))
-    scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")  # fp16 gradients underflow
-    return device, autocast, scaler
+    return autocast, torch.amp.GradScaler(device.type, enabled=amp == "fp16")  # fp16 gradients underflow
+
+
+def _device(cfg: TrainConfig, local_rank: int) -> torch.device:
+    return torch.device(default_device(local_rank) if cfg.device == "auto" else cfg.device)
+
+
+def _device_and_amp(cfg: TrainConfig, local_rank: int, model_cfg: Optional[TXLConfig] = None
+                    ) -> tuple[torch.device, contextlib.AbstractContextManager, torch.amp.GradScaler]:
+    """(device, autocast context, gradient scaler) for cfg.device and cfg.amp (one process)."""
+    device = _device(cfg, local_rank)
+    if model_cfg is None:
+        amp = "off" if cfg.amp == "auto" else cfg.amp
+    else:
+        amp = choose_precision(replace(cfg, attention="fast"), model_cfg, device)["amp"]
+    return (device, *amp_context(amp, device))
 
 
 def _loader(corpus: Corpus, cfg: TrainConfig, tgt_len: int, rank: int, world: int,
@@ -331,11 +450,10 @@ def _wrap(model: TransformerXL, cfg: TrainConfig, world: int, device: torch.devi
     return model
 
 
-def _resume(path: Path, model_cfg: TXLConfig, configs: dict, parts: dict, rank: int, world: int,
+def _resume(ckpt: dict, path: Path, configs: dict, parts: dict, rank: int, world: int,
             device: torch.device) -> tuple[int, int, int, float, Optional[list[torch.Tensor]]]:
-    """Load ``parts`` (model, optimiser, ...) and this rank's RNG state from a checkpoint;
-    return its (step, epoch, segment, wall_time_s, this rank's rows of the memory)."""
-    ckpt = load_checkpoint(path, model_cfg, map_location=device)
+    """Load ``parts`` (model, optimiser, ...) and this rank's RNG state from a checkpoint (loaded on
+    the CPU); return its (step, epoch, segment, wall_time_s, this rank's rows of the memory)."""
     used = configs["train_config"]
     for key in ("batch_size", "corpus"):
         if ckpt["train_config"][key] != used[key]:
@@ -344,8 +462,12 @@ def _resume(path: Path, model_cfg: TXLConfig, configs: dict, parts: dict, rank: 
                              "would not line up. Fix: resume with the same setting "
                              "(for the corpus: --corpus, and $TXL_CORPUS, which overrides it).")
     for key, part in parts.items():
+        if key == "scaler" and part.is_enabled() != bool(ckpt[key]):  # fp16 now, not then (or back)
+            print(f"{path}: the loss scale starts afresh (the run was saved "
+                  f"{'without' if part.is_enabled() else 'with'} fp16 loss scaling)")
+            continue
         part.load_state_dict(ckpt[key])
-    set_rng_state(ckpt["rng"][rank % len(ckpt["rng"])])
+    set_rng_state(ckpt["rng"][rank % len(ckpt["rng"])], device)
     mems = ckpt["mems"]
     if mems is not None:  # saved for the full batch: keep this rank's rows
         per = used["batch_size"] // world
@@ -367,10 +489,11 @@ def _save(path: Path, parts: dict, configs: dict, step: int, epoch: int, segment
     """Write the checkpoint a bit-exact resume needs. Every rank takes part in the
     gathers (full-batch memory, each rank's RNG state); rank 0 writes."""
     full_mems = None if mems is None or mems[0].size(1) == 0 else [_gather(m, world).cpu() for m in mems]
-    rngs = [rng_state()]
+    device = next(parts["model"].parameters()).device
+    rngs = [rng_state(device)]
     if world > 1:
         rngs = [None] * world
-        dist.all_gather_object(rngs, rng_state())
+        dist.all_gather_object(rngs, rng_state(device))
     if rank == 0:
         states = {key: part.state_dict() for key, part in parts.items()}
         save_checkpoint(dict(format=1, **states, **configs, step=step, data=dict(epoch=epoch, segment=segment),
@@ -653,11 +776,18 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     end = _last_step(cfg, stop_at)
     rank, world, local = _distributed()
     out_dir = Path(cfg.out)
+    ckpt_path = out_dir / "ckpt.pt"
     _claim_out(out_dir, resume, overwrite, rank)
-    device, autocast, scaler = _device_and_amp(cfg, local, model_cfg)
+    device = _device(cfg, local)
     _init_distributed(device, world, cfg.batch_size)
+    # on the CPU: the RNG states must stay CPU tensors, and each part moves its own state to its device
+    ckpt = load_checkpoint(ckpt_path, model_cfg, map_location="cpu") if resume else None
+    # precision and attention path: chosen (measured) once, by rank 0, and kept by a resume
+    choice = choose_once(cfg, model_cfg, device, ckpt and ckpt.get("choice"), rank, world)
+    autocast, scaler = amp_context(choice["amp"], device)
     seed_everything(cfg.seed)
     raw = TransformerXL(TXLConfig(**model_cfg.to_dict())).to(device)  # a copy: evaluate mutates lengths
+    raw.fast_attn = choice["fast_attn"]
     torch.manual_seed(cfg.seed + rank)  # dropout masks differ between ranks
     opt = torch.optim.Adam(raw.parameters(), lr=cfg.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: lr_at(i + 1, cfg) / cfg.lr)
@@ -667,11 +797,10 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
         raise ValueError(f"TXLConfig.vocab_size is {model_cfg.vocab_size:,} but {corpus.name} has "
                          f"{corpus.vocab_size:,} symbols. Fix: --set vocab_size={corpus.vocab_size}")
     unit = score_name(corpus.unit)  # what the log lines call their numbers: bpc or ppl
-    configs = dict(model_config=model_cfg.to_dict(), train_config=dict(asdict(cfg), corpus=corpus.name))
-    ckpt_path = out_dir / "ckpt.pt"
+    configs = dict(model_config=model_cfg.to_dict(), train_config=dict(asdict(cfg), corpus=corpus.name), choice=choice)
     step, epoch, segment, elapsed, mems = 0, 0, 0, 0.0, None
     if resume:
-        step, epoch, segment, elapsed, mems = _resume(ckpt_path, model_cfg, configs, parts, rank, world, device)
+        step, epoch, segment, elapsed, mems = _resume(ckpt, ckpt_path, configs, parts, rank, world, device)
         if step >= end:  # a finished run: say so, rather than log a run of no steps
             return _finished(raw, step, end, cfg, out_dir)
     loader = _loader(corpus, cfg, model_cfg.tgt_len, rank, world, device)
