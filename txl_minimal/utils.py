@@ -57,28 +57,34 @@ def default_device(local_rank: int | None = None) -> str:
     return "cuda" if local_rank is None else f"cuda:{local_rank}"
 
 
-def bf16_speedup(device: str | torch.device, rows: int, cols: int, inner: int, reps: int = 5) -> float:
+def bf16_speedup(device: str | torch.device, rows: int, cols: int, inner: int, reps: int = 5,
+                 sample_s: float = 2e-3) -> float:
     """How many times faster a (rows x cols) @ (cols x inner) matmul runs under bf16 autocast than
-    in fp32 on ``device`` (fastest of ``reps`` each, after a warm-up; CUDA-synchronised). Above 1
-    only where the hardware multiplies bf16 natively (AMX, AVX512-BF16, tensor cores); a CPU
-    without such units emulates bf16 and comes out slower (benchmarks/README.md)."""
+    in fp32 on ``device`` (fastest of ``reps`` samples each, after a warm-up; CUDA-synchronised).
+    Each sample repeats the product for at least ``sample_s`` seconds: a small model's matmul takes
+    microseconds, and timed once it measures the timer (it picked bf16 in one process and fp32 in
+    another). Above 1 only where the hardware multiplies bf16 natively (AMX, AVX512-BF16, tensor
+    cores); a CPU without such units emulates bf16 and comes out slower (benchmarks/README.md)."""
     import time
     device = torch.device(device)
     a = torch.randn(rows, cols, device=device)
     b = torch.randn(cols, inner, device=device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def timed(fn, n: int) -> float:
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        sync()
+        return time.perf_counter() - t0
 
     def fastest(fn) -> float:
         fn()  # warm-up
-        times = []
-        for _ in range(reps):
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            t0 = time.perf_counter()
-            fn()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            times.append(time.perf_counter() - t0)
-        return min(times)
+        n = 1
+        while (t := timed(fn, n)) < sample_s and n < 2 ** 20:  # repeat until a sample is long enough
+            n *= 2
+        return min([t] + [timed(fn, n) for _ in range(reps - 1)]) / n
 
     def bf16() -> torch.Tensor:
         with torch.autocast(device.type, dtype=torch.bfloat16):
