@@ -55,7 +55,9 @@ def _log_softmax(logits: torch.Tensor) -> torch.Tensor:
 class AdaptiveEmbedding(nn.Module):
     """Token ids (...) -> vectors (..., d_proj): cluster i's table has width d_embed // div_val**i
     and its projection ``emb_projs[i]`` (d_proj, d_emb_i) brings it to d_proj. Unscaled: the model
-    multiplies by sqrt(d_model), as it does the plain embedding (the authors' emb_scale)."""
+    multiplies by sqrt(d_model), as it does the plain embedding (the authors' emb_scale).
+    The vectors come out in the tables' dtype, as ``nn.Embedding``'s do, also under autocast (whose
+    bf16 projection would otherwise make the first layer's input, and so its memory, bf16)."""
 
     def __init__(self, n_token: int, d_embed: int, d_proj: int, cutoffs: list[int], div_val: int = 1):
         super().__init__()
@@ -76,14 +78,15 @@ class AdaptiveEmbedding(nn.Module):
             nn.init.normal_(proj, 0.0, PROJ_INIT_STD)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        dtype = self.emb_layers[0].weight.dtype
         if self.div_val == 1:
             emb = self.emb_layers[0](tokens)
-            return F.linear(emb, self.emb_projs[0]) if len(self.emb_projs) else emb
+            return F.linear(emb, self.emb_projs[0]).to(dtype) if len(self.emb_projs) else emb
         flat = tokens.reshape(-1)
         rows = cluster_rows(flat, self.bounds)
         pieces = [F.linear(table(flat[r] - lo), proj)  # looked up in its cluster's table, projected
                   for r, (lo, _), table, proj in zip(rows, self.bounds, self.emb_layers, self.emb_projs)]
-        emb = torch.cat(pieces)  # in cluster order: put every row back at its position
+        emb = torch.cat(pieces).to(dtype)  # in cluster order: put every row back at its position
         emb = torch.zeros_like(emb).index_copy(0, torch.cat(rows), emb)
         return emb.view(*tokens.shape, self.d_proj)
 

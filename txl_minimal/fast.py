@@ -18,7 +18,9 @@ needed; without this file (``model.py`` copied alone) the model runs its explici
   next memory from the [memory o segment] that the projection made (one concatenation fewer).
 - evaluation (eval mode, no gradient): what does not change between segments is kept:
   the keys and values of the memory's rows (``project_reusing_memory``), W_k,R R of a key
-  length and the mask's bias (``memo``).
+  length and the mask's bias (``memo``). Each is kept with the autocast state it was made
+  under (``autocast_state``): a bf16 W_k,R R from a validation run under autocast is not
+  reused by an fp32 evaluation afterwards, nor the other way round.
 """
 from __future__ import annotations
 
@@ -194,10 +196,34 @@ def relative_attention(q_u: torch.Tensor, q_v: torch.Tensor, k: torch.Tensor, va
     return out.view(H, B, T, D).transpose(0, 1)
 
 
+_AUTOCAST_BY_DEVICE_TYPE = hasattr(torch, "get_autocast_dtype")  # torch >= 2.4
+
+
+def autocast_state(device: torch.device) -> tuple:
+    """(device type, autocast on, its dtype or None) for tensors on ``device``. Part of the key of
+    every value kept across calls: what is computed under autocast has another dtype (W_k,R R in
+    bf16) even where the tensors it is combined with do not show it (q + u is float32 under
+    autocast: the bf16 projection plus a float32 parameter). torch >= 2.4 asks by device type;
+    torch 2.3 has one function per device (``is_autocast_cpu_enabled``, ``get_autocast_gpu_dtype``)."""
+    kind = torch.device(device).type
+    if _AUTOCAST_BY_DEVICE_TYPE:
+        on = torch.is_autocast_enabled(kind)
+        return kind, on, torch.get_autocast_dtype(kind) if on else None
+    if kind == "cuda":  # torch 2.3: the argument-less functions are CUDA's
+        on = torch.is_autocast_enabled()
+        return kind, on, torch.get_autocast_gpu_dtype() if on else None
+    enabled = getattr(torch, f"is_autocast_{kind}_enabled", None)  # cpu, xpu, hpu, ipu
+    if enabled is None:
+        return kind, False, None
+    on = enabled()
+    return kind, on, getattr(torch, f"get_autocast_{kind}_dtype")() if on else None
+
+
 def attend(att: nn.Module, q, q_u, k, val, pos, mask, v) -> torch.Tensor:
     """``RelMultiHeadAttn._fused`` for Transformer-XL's own positional term: W_k,R R and the mask
     as a bias (0 or the lowest finite value: -inf gives NaN in bf16), then ``relative_attention``.
-    In an evaluation both are the same for every segment of a length, so they are kept (``memo``)."""
+    In an evaluation both are the same for every segment of a length and autocast state, so they
+    are kept (``memo``)."""
     def keys() -> torch.Tensor:  # W_k,R R: (H, klen, D)
         return att.r_net(pos).view(-1, att.n_head, att.d_head).transpose(0, 1)
 
@@ -206,7 +232,8 @@ def attend(att: nn.Module, q, q_u, k, val, pos, mask, v) -> torch.Tensor:
         return torch.zeros(mask.shape, dtype=q_u.dtype, device=mask.device).masked_fill_(mask, lowest)
     if reusing(att):
         cfg = att.cfg
-        lengths = (mask.shape, cfg.same_length, cfg.mem_len, cfg.clamp_len, q_u.dtype, q_u.device)
+        lengths = (mask.shape, cfg.same_length, cfg.mem_len, cfg.clamp_len, q_u.dtype, q_u.device,
+                   autocast_state(q_u.device))  # W_k,R R is bf16 under autocast, q_u is not
         r = memo(att, "r", (lengths, _versions(att.r_net.weight)), keys)
         mask_bias = memo(att, "mask", lengths, bias)
     else:
@@ -249,18 +276,18 @@ def memo(owner: nn.Module, name: str, key: tuple, make):
 
 def project_reusing_memory(att: nn.Module, h: torch.Tensor, mem):
     """``att.project(h, mem)`` in an evaluation: if ``mem`` is the memory this layer made in the
-    previous segment, its keys and values were computed then (as the last rows of that segment's
-    k, v: the projection is row by row), so only the segment's own rows are projected now. At
-    mem_len 512 and tgt_len 128 that is a fifth of the rows. Otherwise the full projection."""
+    previous segment, under the same autocast state, its keys and values were computed then (as
+    the last rows of that segment's k, v: the projection is row by row), so only the segment's own
+    rows are projected now. At mem_len 512 and tgt_len 128 that is a fifth of the rows. Otherwise
+    the full projection."""
     kept = att.__dict__.get("_memory_kv")
     weights = (att.qkv_net.weight, att.layer_norm.weight, att.layer_norm.bias)
     if (mem is not None and kept is not None and kept[0] is mem
-            and kept[1] == _versions(mem, *weights)):
+            and kept[1] == (_versions(mem, *weights), autocast_state(mem.device))):
         x = att.layer_norm(h) if att.cfg.pre_lnorm else h
         q, k, val = (att._heads(t) for t in att.qkv_net(x).chunk(3, dim=-1))
-        if k.dtype == kept[2].dtype:  # (not if autocast was switched on or off in between)
-            att._segment_kv = (torch.cat([kept[2], k], dim=2), torch.cat([kept[3], val], dim=2), weights)
-            return q, *att._segment_kv[:2]
+        att._segment_kv = (torch.cat([kept[2], k], dim=2), torch.cat([kept[3], val], dim=2), weights)
+        return q, *att._segment_kv[:2]
     q, k, val = project(att, h, mem)
     att._segment_kv = (k, val, weights)
     return q, k, val
@@ -268,11 +295,13 @@ def project_reusing_memory(att: nn.Module, h: torch.Tensor, mem):
 
 def remember_memory_kv(model: nn.Module, mems: list[torch.Tensor]) -> None:
     """After a segment: keep, for each layer, the keys and values of the rows that became its
-    new memory (``project_reusing_memory`` uses them next segment); forget them otherwise."""
+    new memory (``project_reusing_memory`` uses them next segment, under the same autocast
+    state only); forget them otherwise."""
     for layer, mem in zip(model.layers, mems):
         att = layer.dec_attn
         k, val, weights = att.__dict__.pop("_segment_kv", (None, None, None))
         n = mem.size(1)
         att._memory_kv = None
         if reusing(att) and k is not None and 0 < n <= k.size(2):
-            att._memory_kv = (mem, _versions(mem, *weights), k[:, :, -n:], val[:, :, -n:])
+            key = (_versions(mem, *weights), autocast_state(mem.device))
+            att._memory_kv = (mem, key, k[:, :, -n:], val[:, :, -n:])

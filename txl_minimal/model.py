@@ -87,7 +87,8 @@ class TXLOutput:
     logits: (B, T, vocab_size) next-token log-probabilities in nats, up to a constant per row (with
             ``cutoffs``: exactly, from the adaptive softmax; None when it trains on targets, which
             need only the targets' log-probabilities: ``nll``).
-    mems:   n_layer tensors (B, <=mem_len, d_model): what entered each layer, detached, for the next segment.
+    mems:   n_layer tensors (B, <=mem_len, d_model): what entered each layer, detached, for the next segment;
+            in the parameters' dtype, also under autocast (so either state reads them).
     loss:   scalar mean NLL in nats (+ the adaptive-span penalty) if targets are given; bpc = loss / ln 2.
     nll:    (B, T) NLL of every target, in nats (-ln p).
     attn:   per layer (B, n_head, T, mlen + T) attention probabilities, rows sum to 1 (``return_attn``).

@@ -68,7 +68,8 @@ def check_clusters(cfg) -> None:
 
 def check_inputs(model, tokens: torch.Tensor, mems, targets) -> None:
     """``TransformerXL.forward``'s inputs: integer ids in the vocabulary, and a memory
-    that this model made for this batch size (its dtype and device)."""
+    that this model made for this batch size (its device, and its parameters' dtype: the model
+    keeps memories in that dtype also under autocast)."""
     cfg = model.cfg
     for what, ids in (("tokens", tokens), ("targets", targets)):  # float ids would be truncated
         if ids is not None and (ids.dim() != 2 or ids.dtype not in INT_TYPES):
