@@ -28,6 +28,7 @@ from txl_minimal.data import LMOrderedIterator, load_corpus
 from txl_minimal.flops import TRAIN_STEP_FORMULA, train_step_flops
 from txl_minimal.model import TXLConfig, TransformerXL
 from txl_minimal.evaluate import evaluate, sliding_window_eval
+from txl_minimal.utils import atomic_write_text
 
 MODEL = dict(n_layer=4, d_model=256, n_head=4, d_head=64, d_inner=1024)
 FULL = dict(batch=16, tgt_len=128, mem_lens=(128, 512), steps=10, contexts=(128, 256, 512, 1024),
@@ -264,8 +265,7 @@ def main(argv=None) -> dict:
     res["runtime_s"] = time.perf_counter() - t0
     print(report(res))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=1)
+        atomic_write_text(args.json, json.dumps(res, indent=1))
     return res
 
 

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from txl_minimal import fast, model as model_py  # noqa: E402
 from txl_minimal.model import TransformerXL, TXLConfig  # noqa: E402
+from txl_minimal.utils import atomic_write_text  # noqa: E402
 
 MODEL = dict(n_layer=4, d_model=256, n_head=4, d_head=64, d_inner=1024, dropout=0.1, tgt_len=128)
 
@@ -149,8 +150,8 @@ def main(argv=None) -> dict:
             what = LEVERS[v][0] if v in LEVERS else ""
             print(f"{setting:20s} {name:18s} {r['ms']:8.1f} {r['gives']:6.2f}x  {what}")
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(threads=args.threads, reps=args.reps, model=MODEL,
-                                                   results=results), indent=1) + "\n")
+        atomic_write_text(args.json, json.dumps(dict(threads=args.threads, reps=args.reps, model=MODEL,
+                                                     results=results), indent=1) + "\n")
     return results
 
 

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import txl_minimal.train as train_py  # noqa: E402
 from txl_minimal.data import load_corpus  # noqa: E402
 from txl_minimal.model import TransformerXL  # noqa: E402
+from txl_minimal.utils import atomic_write_text  # noqa: E402
 
 MODEL = dict(n_layer=2, n_head=2, d_model=64, d_head=32, d_inner=256, dropout=0.1, dropatt=0.0,
              tgt_len=32, mem_len=32)
@@ -71,7 +72,7 @@ def main(argv=None) -> dict:
     out = dict(steps=args.steps, seeds=args.seeds, model=MODEL, valid_bpc=bpc, fast_minus_explicit=diffs,
                seed_spread=spread, within_spread=same)
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+        atomic_write_text(args.json, json.dumps(out, indent=1) + "\n")
     return out
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a clone, uninstalled
 from txl_minimal.data import MINI_PATH, VOCAB, encode
+from txl_minimal.utils import atomic_write
 from txl_minimal.wikifil import wikifil
 
 FIXTURE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
@@ -76,7 +77,7 @@ def main() -> None:
     args = ap.parse_args()
     text = build_text(read_source(args.source))
     gz = compress(text)
-    args.out.write_bytes(gz)
+    atomic_write(args.out, lambda f: f.write(gz))  # a killed build leaves the shipped file whole
     gz_sha = hashlib.sha256(gz).hexdigest()
     if gz_sha != GZ_SHA256:
         print(f"warning: {args.out.name} SHA-256 {gz_sha} != {GZ_SHA256} (another zlib?); "

@@ -27,6 +27,7 @@ from txl_minimal.data import Corpus, load_corpus
 from txl_minimal.flops import attention_flops_per_token
 from txl_minimal.model import TXLConfig
 from txl_minimal.train import evaluate, train
+from txl_minimal.utils import atomic_write_text
 from txl_minimal.tutorial.ablation import (BASE_MODEL, BASE_TRAIN, LONG_FACTOR, RESULTS_DIR, TEST_BATCH,
                                            TINY_MODEL, Variant, contexts, model_config, model_spans,
                                            results_table, train_config, variants)
@@ -142,7 +143,7 @@ def run_ablation(steps: int = BASE_TRAIN["max_steps"], out: str | Path = RESULTS
             threads=torch.get_num_threads(), torch=torch.__version__, machine=platform.machine(),
             total_wall_s=round(time.perf_counter() - t0, 1)),
         runs=runs)
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")  # a killed run keeps the old one
     return results
 
 

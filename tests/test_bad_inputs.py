@@ -47,7 +47,7 @@ def test_training_into_a_used_out_dir_is_refused_before_anything_is_written(tmp_
     assert snapshot(tmp_path) == before
 
     (tmp_path / "ckpt.pt").unlink()  # a log alone is a run too (scripts/ablation.py deletes the weights)
-    with pytest.raises(FileExistsError, match=r"\(log.csv\)"):
+    with pytest.raises(FileExistsError, match=r"holds a run's log.csv but no ckpt.pt.*Fix: --overwrite"):
         train(tiny_cfg(), cfg, corpus, progress=False)
     with pytest.raises(ValueError, match="choose one"):
         train(tiny_cfg(), cfg, corpus, progress=False, resume=True, overwrite=True)

@@ -5,8 +5,10 @@ import csv
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -148,25 +150,33 @@ def test_bf16_autocast_on_cpu(tmp_path):
 def test_ddp_two_cpu_processes_match_single_process(tmp_path):
     """torchrun, 2 ranks with gloo: each reads half the columns, gradients are averaged,
     so the result is single-process training on the full batch (up to float rounding).
-    train() itself raises if the two ranks end with different weights. Both runs in fp32:
-    with amp="auto" each process measures, and where one picked bf16 and the other fp32
-    (an AMD EPYC with AVX512-BF16, in the whole suite) they differed by 0.0038."""
+    train() itself raises if the two ranks end with different weights. The DDP run is
+    interrupted at step 2 and resumed with two processes, and its step-2 checkpoint with one:
+    both end as the single process does. All in fp32: with amp="auto" each process measured,
+    and where one picked bf16 and the other fp32 (an AMD EPYC with AVX512-BF16, in the whole
+    suite) they differed by 0.0038."""
     settings = ["n_layer=1", "d_model=32", "d_head=16", "d_inner=64", "dropout=0.0", "tgt_len=16",
-                "mem_len=16", "warmup_steps=1", "eval_interval=4", "eval_tokens=128", "log_interval=2",
+                "mem_len=16", "warmup_steps=1", "eval_interval=2", "eval_tokens=128", "log_interval=2",
                 "amp=off"]
     args = ["--preset", "cpu-tiny", "--batch-size", "4", "--max-steps", "4", "--no-progress", "--set", *settings]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            "-m", "txl_minimal.train", *args, "--out", str(tmp_path / "ddp")]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    for extra in (["--stop-at", "2"], ["--resume"]):
+        if extra == ["--resume"]:
+            shutil.copytree(tmp_path / "ddp", tmp_path / "ddp-one")  # its step-2 checkpoint, for one process
+        proc = subprocess.run(cmd + extra, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     ddp = load_checkpoint(tmp_path / "ddp" / "ckpt.pt")["model"]
+    assert load_checkpoint(tmp_path / "ddp" / "ckpt.pt")["step"] == 4
 
     corpus = load_corpus("text8-mini")
     overrides = dict(s.split("=") for s in settings)
     overrides = {k: v if k == "amp" else float(v) if "." in v else int(v) for k, v in overrides.items()}
     model_cfg, train_cfg = preset("cpu-tiny", batch_size=4, max_steps=4, out=str(tmp_path / "one"), **overrides)
     single = _weights(train(model_cfg, train_cfg, corpus, progress=False).model)
+    one = _weights(train(model_cfg, replace(train_cfg, out=str(tmp_path / "ddp-one")), corpus, resume=True,
+                         progress=False).model)  # the 2-process checkpoint resumed by one process
     # rank 0's two columns trained alone: what a DDP without gradient averaging would give
     quarter = len(corpus.train) // 4
     rank0 = Corpus("rank0", corpus.train[:2 * quarter], corpus.valid, corpus.test)
@@ -177,7 +187,7 @@ def test_ddp_two_cpu_processes_match_single_process(tmp_path):
         num = sum((a[k] - b[k]).norm() ** 2 for k in a) ** 0.5
         return float(num / sum(a[k].norm() ** 2 for k in a) ** 0.5)
 
-    assert rel_diff(single, ddp) < 1e-5
+    assert rel_diff(single, ddp) < 1e-5 and rel_diff(single, one) < 1e-5
     assert rel_diff(single, half) > 1e-3  # a rank training on its own columns would be caught
 
 

@@ -16,6 +16,7 @@ also checked against pretrained/MANIFEST.json (size and SHA-256 of the file) bef
 from __future__ import annotations
 
 import hashlib
+import io
 import random
 import warnings
 from pathlib import Path
@@ -24,8 +25,9 @@ from typing import Optional
 import numpy as np
 import torch
 
+from txl_minimal.data import VOCAB, WORD_CORPORA
 from txl_minimal.model import TransformerXL, TXLConfig
-from txl_minimal.utils import atomic_write, check_shipped, non_finite
+from txl_minimal.utils import atomic_write, check_device, check_shipped, non_finite
 
 PRETRAINED_DIR = Path(__file__).resolve().with_name("pretrained")  # the models shipped with the package
 NAMES = ("txl", "vanilla", "txl-tiny", "vanilla-tiny")  # see pretrained.py
@@ -83,24 +85,39 @@ def state_sha256(state: dict) -> str:
     return h.hexdigest()
 
 
-def save_checkpoint(state: dict, path: str | Path) -> None:
-    """torch.save ``state`` atomically (a crash mid-write leaves the previous file intact),
-    with the checksums of its ``model`` weights and of everything in it, which
-    ``load_checkpoint`` verifies."""
+def _with_checksums(state: dict) -> dict:
+    """``state`` in the current format, with the checksums ``load_checkpoint`` verifies."""
     state = {**state, "format": FORMAT}
     if "model" in state:
         state[CHECKSUM] = weights_sha256(state["model"])
     state[STATE_CHECKSUM] = state_sha256(state)
+    return state
+
+
+def save_checkpoint(state: dict, path: str | Path) -> None:
+    """torch.save ``state`` atomically (a crash mid-write leaves the previous file intact),
+    with the checksums of its ``model`` weights and of everything in it, which
+    ``load_checkpoint`` verifies. A full disk is a ``utils.WriteError`` saying so."""
+    state = _with_checksums(state)
     atomic_write(path, lambda f: torch.save(state, f))
+
+
+def checkpoint_bytes(state: dict) -> bytes:
+    """What ``save_checkpoint`` would write, as bytes (to write several files together)."""
+    buffer = io.BytesIO()
+    torch.save(_with_checksums(state), buffer)
+    return buffer.getvalue()
 
 
 def save(model: torch.nn.Module, path: str | Path) -> None:
     """Save a model, e.g. one trained in your own loop: its config and weights (with their
     checksum), the format of every checkpoint here. ``load(path)`` gives it back;
     ``python -m txl_minimal.evaluate PATH --corpus text8-mini`` scores it."""
+    vocab = model_vocab(model)
     model = unwrap(model)
     weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    save_checkpoint(dict(model=weights, model_config=model.cfg.to_dict()), path)
+    save_checkpoint(dict(model=weights, model_config=model.cfg.to_dict(), **({} if vocab is None else
+                                                                              dict(vocab=vocab))), path)
 
 
 def load(path: str | Path, device: str | torch.device = "cpu") -> TransformerXL:
@@ -108,15 +125,19 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> TransformerXL:
     return model_from_checkpoint(load_checkpoint(path, map_location=device), device)
 
 
+class ConfigMismatch(ValueError):
+    """A checkpoint's model config differs from the one asked for (``check_config``)."""
+
+
 def check_config(saved: dict, cfg: TXLConfig, what: str = "checkpoint") -> None:
-    """ValueError naming every field where ``saved`` (a config dict) differs from ``cfg``."""
+    """ConfigMismatch (a ValueError) naming every field where ``saved`` (a config dict) differs from ``cfg``."""
     ours = cfg.to_dict()
     defaults = TXLConfig().to_dict()  # a field added to TXLConfig since the save has its default
     diff = [f"{k} {saved.get(k, defaults.get(k))!r} there vs {ours.get(k)!r} here"
             for k in sorted(set(saved) | set(ours)) if saved.get(k, defaults.get(k)) != ours.get(k)]
     if diff:
-        raise ValueError(f"{what} was made with a different model config: {'; '.join(diff)}. "
-                         "Fix: use the same preset and overrides, or a fresh --out directory.")
+        raise ConfigMismatch(f"{what} was made with a different model config: {'; '.join(diff)}. "
+                             "Fix: use the same preset and overrides, or a fresh --out directory.")
 
 
 def load_checkpoint(path: str | Path, model_cfg: Optional[TXLConfig] = None,
@@ -126,6 +147,8 @@ def load_checkpoint(path: str | Path, model_cfg: Optional[TXLConfig] = None,
     if not Path(path).exists():
         raise FileNotFoundError(f"no checkpoint at {path}. Fix: check the path (--out, or the "
                                 "checkpoint evaluated), or drop --resume to start afresh.")
+    map_location = check_device(map_location, "device")  # not "corrupt" for a GPU this machine lacks
+    _refuse_text(Path(path))
     check_shipped(path)  # a shipped model: its size and SHA-256 against pretrained/MANIFEST.json
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
@@ -142,6 +165,18 @@ def load_checkpoint(path: str | Path, model_cfg: Optional[TXLConfig] = None,
     if model_cfg is not None:
         check_config(ckpt["model_config"], model_cfg, f"checkpoint {path}")
     return ckpt
+
+
+LOG_HEADER = b"step,tokens,wall_time_s,"  # how a run's log.csv begins (train.CSV_COLUMNS)
+
+
+def _refuse_text(path: Path) -> None:
+    """ValueError if ``path`` is a run's log.csv (a checkpoint is a zip archive, never text)."""
+    with open(path, "rb") as f:
+        head = f.read(len(LOG_HEADER))
+    if head == LOG_HEADER:
+        raise ValueError(f"{path} is a training log (log.csv), not a checkpoint. Fix: pass the run's folder "
+                         f"({path.parent}, which holds ckpt.pt) or its ckpt.pt.")
 
 
 def _damage(ckpt, path: str | Path) -> Optional[str]:
@@ -177,10 +212,52 @@ def _non_finite(weights: dict, what: str) -> Optional[str]:
 
 
 def model_from_checkpoint(ckpt: dict, device: str | torch.device = "cpu") -> TransformerXL:
-    """The TransformerXL a loaded checkpoint (or shipped .pt) describes, in eval mode."""
-    model = TransformerXL(TXLConfig(**ckpt["model_config"])).to(device)
+    """The TransformerXL a loaded checkpoint (or shipped .pt) describes, in eval mode, knowing its
+    unit and vocabulary where the checkpoint tells (``checkpoint_vocab``; generate_text uses them)."""
+    model = TransformerXL(TXLConfig(**ckpt["model_config"])).to(check_device(device, "device"))
     model.load_state_dict(ckpt["model"])
+    attach_vocab(model, checkpoint_vocab(ckpt))
     return model.eval()
+
+
+# ----------------------------------------------------------------------------- what the ids mean
+
+def vocab_entry(unit: str, symbols) -> dict:
+    """A checkpoint's "vocab" entry: the unit ("character" or "word") and the symbol of every id
+    (None where unknown), so that a model is never scored on, or fed, the other kind of ids."""
+    return dict(unit=unit, symbols=None if symbols is None else list(symbols))
+
+
+def describe_vocab(entry: dict) -> str:
+    """"27 characters", "10,001 words", "words" (symbols unknown)."""
+    symbols = entry.get("symbols")
+    return f"{entry['unit']}s" if symbols is None else f"{len(symbols):,} {entry['unit']}s"
+
+
+def checkpoint_vocab(ckpt: dict) -> Optional[dict]:
+    """The vocab entry a checkpoint holds; for one saved before they existed, what its training
+    corpus says (text8, text8-mini: the 27 characters; a word corpus: words); else None."""
+    if isinstance(ckpt.get("vocab"), dict):
+        return ckpt["vocab"]
+    corpus = (ckpt.get("train_config") or {}).get("corpus")
+    if corpus in ("text8", "text8-mini"):
+        return vocab_entry("character", VOCAB)
+    if corpus in WORD_CORPORA:
+        return vocab_entry("word", None)
+    return None
+
+
+def attach_vocab(model: torch.nn.Module, entry: Optional[dict]) -> None:
+    """Let ``model`` know its unit and symbols (``model.unit``, ``model.vocab``), if known."""
+    if entry is not None:
+        model.unit = entry["unit"]
+        model.vocab = None if entry.get("symbols") is None else tuple(entry["symbols"])
+
+
+def model_vocab(model: torch.nn.Module) -> Optional[dict]:
+    """The vocab entry of a model that knows it (``attach_vocab``), else None."""
+    unit = getattr(unwrap(model), "unit", None)
+    return None if unit is None else vocab_entry(unit, getattr(unwrap(model), "vocab", None))
 
 
 # The authors' MemTransformerLM (attn_type 0) without cutoffs names three tensors differently; every
@@ -251,6 +328,11 @@ def checkpoint_file(target: str | Path) -> Path:
     if str(target) in NAMES:  # a run directory of that name needs ./ in front
         return PRETRAINED_DIR / f"{target}.pt"
     path = Path(target)
+    if path.is_dir() and not (path / "ckpt.pt").exists() and (path / "log.csv").exists():
+        raise FileNotFoundError(f"{path} holds a run's log.csv but no ckpt.pt: the run stopped before its first "
+                                "checkpoint (or its weights were deleted), so there is no model to evaluate. "
+                                "Fix: train it (python -m txl_minimal.train --out ... --overwrite), or pass "
+                                "another run's folder.")
     path = path / "ckpt.pt" if path.is_dir() else path
     if not path.is_file():
         raise FileNotFoundError(f"nothing to evaluate at {target}: not a shipped model ({', '.join(NAMES)}), "

@@ -15,6 +15,7 @@ count), and it is scored in perplexity rather than bits per character.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import http.client
@@ -31,7 +32,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from txl_minimal.utils import atomic_write, check_shipped, remove_leftovers, shipped_fix
+from txl_minimal.utils import NO_SPACE, WriteError, atomic_write, check_shipped, remove_leftovers, shipped_fix
 from txl_minimal.words import Vocab, coverage
 
 VOCAB = " abcdefghijklmnopqrstuvwxyz"  # id 0 = space, 1 = a, ..., 26 = z
@@ -89,13 +90,42 @@ def decode(ids) -> str:
 
 
 def generate_text(model: torch.nn.Module, prompt: str, n_new: int, **kwargs) -> str:
-    """``model.generate`` for text: the prompt (space and a-z) encoded, ``n_new`` characters
-    sampled after it, and the whole decoded, so the result starts with the prompt.
+    """``model.generate`` for text: the prompt encoded, ``n_new`` tokens sampled after it, and the
+    result as text that starts with the prompt. A character model reads space and a-z; a word
+    model that knows its vocabulary (loaded from a checkpoint, or returned by ``train``) reads
+    the prompt's words (``<unk>`` for one it lacks) and adds ``n_new`` words, joined by spaces.
     ``kwargs`` go to ``model.generate`` (temperature, top_k, generator)."""
     if not isinstance(prompt, str):
         raise ValueError(f"generate_text takes a string prompt, got {type(prompt).__name__}. "
                          "Fix: for token ids call model.generate(ids, n_new)")
+    unit, symbols = getattr(model, "unit", None), getattr(model, "vocab", None)
+    if unit == "word":
+        return _generate_words(model, prompt, n_new, symbols, **kwargs)
+    size = getattr(getattr(model, "cfg", None), "vocab_size", VOCAB_SIZE)
+    if unit is None and size != VOCAB_SIZE:  # a model built in Python, not over the 27 characters
+        raise ValueError(f"generate_text reads and writes the {VOCAB_SIZE} characters of VOCAB, but this model has "
+                         f"vocab_size {size:,} and does not say what its ids mean. Fix: load it from its "
+                         "checkpoint (txl_minimal.load), which knows its vocabulary, or call model.generate(ids, "
+                         "n_new) with ids of its own vocabulary")
     return decode(model.generate(torch.as_tensor(encode(prompt), dtype=torch.long), n_new, **kwargs))
+
+
+def _generate_words(model: torch.nn.Module, prompt: str, n_new: int, symbols, **kwargs) -> str:
+    """generate_text for a word model: the prompt's words as ids of ``symbols``, new words appended."""
+    if symbols is None:
+        raise ValueError("generate_text: this is a word model, but its vocabulary is unknown (a checkpoint saved "
+                         "before checkpoints held it). Fix: model.generate(ids, n_new) with ids from its corpus "
+                         "(corpus.vocab), or train it again")
+    vocab = Vocab.from_symbols(symbols)
+    ids = []
+    for word in prompt.split():
+        if word not in vocab.sym2idx and vocab.unk_idx is None:
+            raise ValueError(f"generate_text: the word {word!r} is not in this model's vocabulary "
+                             f"({len(symbols):,} words), which has no <unk>. Fix: use words of its corpus")
+        ids.append(vocab.get_idx(word))
+    out = model.generate(torch.tensor(ids, dtype=torch.long), n_new, **kwargs)
+    new = vocab.decode(out[len(ids):].tolist()) if n_new else ""
+    return prompt + ("" if not new or not prompt or prompt[-1].isspace() else " ") + new
 
 
 @dataclass(repr=False)
@@ -168,7 +198,11 @@ def _download(url: str, dest: Path, opener: Callable, timeout: float, progress: 
     ``dest``. Anything that fails leaves no file behind. ``fix`` ends every error message."""
     from tqdm import tqdm
 
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".", suffix=".part")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".", suffix=".part")
+    except OSError as e:  # a read-only or forbidden data folder: nowhere to download to
+        raise CorpusError(f"cannot download {url} into {dest.parent}/ ({e.strerror}). {fix}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             try:
@@ -182,6 +216,10 @@ def _download(url: str, dest: Path, opener: Callable, timeout: float, progress: 
             # URLError, timeouts, refused connections are OSErrors; a body cut off
             # mid-stream is http.client.IncompleteRead, an HTTPException.
             except (OSError, http.client.HTTPException) as e:
+                if isinstance(e, OSError) and e.errno in NO_SPACE:  # our write, not the network
+                    raise CorpusError(f"no space left in {dest.parent}/ for {dest.name} (the partial download "
+                                      "was removed). Fix: free some disk space, or set TXL_DATA_DIR to a "
+                                      f"folder on another disk; or {MINI_HINT}.") from None
                 raise CorpusError(f"could not download {url} ({e}). " + fix) from e
         got = os.path.getsize(tmp)
         if got < total:  # a cut connection; the checks in verify would catch it too
@@ -275,16 +313,33 @@ def load_text8(data_dir: str | Path | None = None, download: bool = True, *,
     elif (d / "text8.zip").exists():  # placed by hand or downloaded earlier
         text = _unzip_and_check(d / "text8.zip", source, d, f"{d / 'text8.zip'}", placed=d / "text8.zip")
     elif download:
-        d.mkdir(parents=True, exist_ok=True)
         text = _download_text8(source, d, opener or urllib.request.urlopen, timeout, progress)
     else:
         raise CorpusError(f"text8 not found in {d}/ and download=False. " + _fix_hint(d, source))
 
     splits = split_corpus(encode(text))
-    for path, arr in zip(cache, splits):
-        atomic_write(path, lambda f, a=arr: np.save(f, a), suffix=".part")
-    atomic_write(vocab_file, lambda f: f.write(VOCAB.encode()), suffix=".part")  # written last: marks done
+    files = {**{path: lambda f, a=arr: np.save(f, a) for path, arr in zip(cache, splits)},
+             vocab_file: lambda f: f.write(VOCAB.encode())}  # written last: marks the cache complete
+    if not _write_cache(files, d, "text8"):
+        return Corpus("text8", *splits)
     return Corpus("text8", *[np.load(p, mmap_mode="r") for p in cache])
+
+
+def _write_cache(files: dict[Path, Callable], d: Path, name: str) -> bool:
+    """Write a corpus's .npy cache (each file whole, then renamed); False, with a warning saying
+    so, where ``d`` cannot take it (read-only, forbidden, full): the corpus is then used from memory."""
+    try:
+        for path, write in files.items():
+            atomic_write(path, write, suffix=".part")
+    except WriteError as e:
+        for path in files:  # no half cache: the vocab file (last) marks a complete one
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+        warnings.warn(f"{name}: could not write its cache in {d}/ ({e.reason}): using it from memory, rebuilt "
+                      "from the archive at every load. Fix: make the folder writable, or set TXL_DATA_DIR to a "
+                      "writable folder holding the archive (the cache then goes there).", stacklevel=3)
+        return False
+    return True
 
 
 def load_text8_mini(path: str | Path = MINI_PATH) -> Corpus:
@@ -432,7 +487,6 @@ def load_wikitext(name: str = "wt103", data_dir: str | Path | None = None, downl
     if zpath.exists():  # placed by hand or downloaded earlier
         lines = _check_wikitext_zip(zpath, src, d, str(zpath), placed=zpath)
     elif download:
-        d.mkdir(parents=True, exist_ok=True)
         lines = _download(src.url, zpath, opener or urllib.request.urlopen, timeout, progress, src.zip_bytes,
                           _wikitext_hint(d, src),
                           lambda tmp: _check_wikitext_zip(tmp, src, d, f"the file downloaded from {src.url}"))
@@ -442,11 +496,11 @@ def load_wikitext(name: str = "wt103", data_dir: str | Path | None = None, downl
     vocab = Vocab(special=["<eos>"], add_eos=True)
     vocab.count_lines(lines[0])
     vocab.build_vocab()
-    for path, split_lines in zip(cache, lines):
-        ids = vocab.encode_lines(split_lines)
-        atomic_write(path, lambda f, a=ids: np.save(f, a), suffix=".part")
-    atomic_write(vocab_file, lambda f: f.write("\n".join(vocab.idx2sym).encode("utf-8")),
-                 suffix=".part")  # written last: marks the cache complete
+    splits = [vocab.encode_lines(split_lines) for split_lines in lines]
+    files = {**{path: lambda f, a=ids: np.save(f, a) for path, ids in zip(cache, splits)},
+             vocab_file: lambda f: f.write("\n".join(vocab.idx2sym).encode("utf-8"))}  # last: marks it complete
+    if not _write_cache(files, d, src.name):
+        return Corpus(src.name, *splits, vocab=tuple(vocab.idx2sym), unit="word")
     arrays, symbols, _ = _read_word_cache(cache, vocab_file)
     return Corpus(src.name, *arrays, vocab=symbols, unit="word")
 
@@ -459,6 +513,7 @@ def word_stats(corpus: Corpus) -> dict:
 
 
 CORPORA = ("text8", "text8-mini", "auto", "text8-mini-words", "wt103", "wt2")  # load_corpus's names
+WORD_CORPORA = ("text8-mini-words", "wt103", "wt2")  # unit "word": scored in perplexity
 
 
 def load_corpus(name: str = "auto", data_dir: str | Path | None = None,
@@ -481,7 +536,7 @@ def load_corpus(name: str = "auto", data_dir: str | Path | None = None,
         raise ValueError(f"unknown corpus {name!r}; use one of {', '.join(map(repr, CORPORA))}")
     try:
         return load_text8(data_dir, download)
-    except CorpusError as e:
+    except (CorpusError, OSError) as e:  # OSError: a data folder we may not even read
         reason = str(e).split(". Fix:")[0]
         print(f"text8 unavailable ({reason}); using text8-mini instead "
               "(TXL_CORPUS=text8 to insist).")
@@ -523,6 +578,9 @@ class LMOrderedIterator:
                  evaluation: bool = False, var_len: bool = False, seed: int = 0):
         if not isinstance(data, torch.Tensor):
             data = torch.from_numpy(np.array(data))  # a copy: memmaps are read-only
+        if data.dim() != 1:  # a (1, N) batch would count as 1 token
+            raise ValueError(f"LMOrderedIterator reads one stream of token ids (1-D), got shape {tuple(data.shape)}. "
+                             "Fix: pass the text as one sequence (ids.flatten()); batch_size cuts it into columns")
         n_step = len(data) // batch_size  # tokens per column; the remainder is dropped
         if n_step < 2:
             raise ValueError(f"{len(data)} tokens are too few for batch_size={batch_size}")

@@ -13,18 +13,22 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Iterator, Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from txl_minimal.checkpoint import checkpoint_file, load_checkpoint, model_from_checkpoint, unwrap
+from txl_minimal.checkpoint import (checkpoint_file, checkpoint_vocab, describe_vocab, load_checkpoint,
+                                    model_from_checkpoint, unwrap, vocab_entry)
 from txl_minimal.data import CORPORA, CorpusError, as_ids, load_corpus
 from txl_minimal.model import TransformerXL, TXLOutput
-from txl_minimal.utils import default_device, int_at_least, score_name, score_of, terminal_progress
+from txl_minimal.utils import check_device, int_at_least, score_name, score_of, terminal_progress
+from txl_minimal.validation import as_int
 
 
 def read_segments(model: TransformerXL, tokens: torch.Tensor, targets: Optional[torch.Tensor] = None,
@@ -36,6 +40,10 @@ def read_segments(model: TransformerXL, tokens: torch.Tensor, targets: Optional[
     lengths: yields ``(start, output)`` for ``tokens[:, start:start + tgt_len]``. ``targets`` give
     ``output.nll``; ``first_len`` is the first segment's length; the last ``attn_last`` segments
     also return their attention (and the score terms with ``terms``)."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
+        shape = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise ValueError(f"read_segments reads token ids of shape (batch, seq), got {shape}. Fix: one stream "
+                         "as one row, tokens[None] (a tensor: torch.as_tensor(ids)[None])")
     with model.lengths(tgt_len, mem_len, clamp_len, same_length):
         L, n = model.cfg.tgt_len, tokens.size(1)
         starts = [0] + list(range(first_len or L, n, L))
@@ -48,15 +56,23 @@ def read_segments(model: TransformerXL, tokens: torch.Tensor, targets: Optional[
             yield s, out
 
 
-def _check_positive(caller: str, **values: Optional[int]) -> None:
-    """ValueError naming the first count that is given but not a positive integer."""
+def _check_positive(caller: str, **values: Optional[int]) -> list[Optional[int]]:
+    """The counts as Python ints (None stays None), in order; ValueError naming the first that is
+    given but not a positive integer (a NumPy integer such as np.int64(16) is one)."""
     for name, value in values.items():
-        if value is not None and (type(value) is not int or value < 1):
+        if value is not None and (as_int(value) is None or as_int(value) < 1):
             raise ValueError(f"{caller}: {name} must be a positive integer, got {value!r}")
+    return [None if v is None else as_int(v) for v in values.values()]
 
 
 def _scored_ids(data, limit: Optional[int], caller: str) -> tuple[torch.Tensor, int]:
     """The token ids of the first ``limit`` predictions (limit + 1 tokens) and their count."""
+    ndim = data.dim() if isinstance(data, torch.Tensor) else np.ndim(data)
+    if ndim != 1:  # a (1, N) batch would be read as one "token", a (2, N) one fail inside a view
+        shape = tuple(data.shape) if hasattr(data, "shape") else np.shape(data)
+        raise ValueError(f"{caller} reads one stream of token ids (1-D), got shape {shape}. Fix: pass the "
+                         "text as one sequence (ids[0] for one row, ids.flatten() for rows that continue each "
+                         "other); batch_size= cuts it into columns itself")
     ids = as_ids(data, None if limit is None else limit + 1)
     if len(ids) < 2:
         raise ValueError(f"{caller} needs at least 2 tokens, got {len(ids)}")
@@ -85,7 +101,8 @@ def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[
     Lengths left as None keep the model's; they are restored afterwards. ``per_token``
     adds "nll": the NLL in nats of every prediction, in text order (float64 numpy).
     """
-    _check_positive("evaluate", batch_size=batch_size, max_tokens=max_tokens)
+    batch_size, max_tokens, tgt_len = _check_positive("evaluate", batch_size=batch_size, max_tokens=max_tokens,
+                                                      tgt_len=tgt_len)
     model = unwrap(model)
     ids, n_pred = _scored_ids(data, max_tokens, "evaluate")
     device = next(model.parameters()).device
@@ -126,8 +143,8 @@ def sliding_window_eval(model: TransformerXL, data, context: int,
     Windows are batched ``batch_size`` at a time; no memory is used. ``per_token`` adds
     "nll", the NLL of every prediction in text order, as ``evaluate`` does.
     """
-    _check_positive("sliding_window_eval", context=context, max_predictions=max_predictions,
-                    batch_size=batch_size)
+    context, max_predictions, batch_size = _check_positive("sliding_window_eval", context=context,
+                                                           max_predictions=max_predictions, batch_size=batch_size)
     model = unwrap(model)
     ids, n_pred = _scored_ids(data, max_predictions, "sliding_window_eval")
     ids = ids.to(next(model.parameters()).device)
@@ -164,17 +181,16 @@ def evaluate_checkpoint(target: str | Path, split: str = "valid", corpus: Option
     if split not in ("train", "valid", "test"):
         raise ValueError(f"split must be 'train', 'valid' or 'test', got {split!r}")
     path = checkpoint_file(target)
+    dev = check_device(device, "device")  # before any loading: a GPU this machine lacks is said at once
     ckpt = load_checkpoint(path)
-    model = model_from_checkpoint(ckpt, torch.device(default_device(0) if device == "auto" else device))
-    name = corpus or ckpt.get("train_config", {}).get("corpus")  # txl_minimal.save stores none
+    model = model_from_checkpoint(ckpt, dev)
+    trained_on = ckpt.get("train_config", {}).get("corpus")  # txl_minimal.save stores none
+    fix = _corpus_fix(trained_on, corpus)
     try:
-        loaded = load_corpus(name)  # $TXL_CORPUS overrides the name
+        loaded = load_corpus(corpus or trained_on)  # $TXL_CORPUS overrides the name
     except ValueError as e:  # e.g. a checkpoint trained on a Corpus built in Python
-        raise ValueError(f"{e}. The checkpoint {path} names corpus {name!r}. "
-                         "Fix: choose the evaluation corpus with --corpus.") from e
-    if model.cfg.vocab_size < loaded.vocab_size:  # ids past the embedding: an IndexError inside torch
-        raise ValueError(f"the checkpoint {path} has vocab_size {model.cfg.vocab_size:,} but {loaded.name} has "
-                         f"{loaded.vocab_size:,} symbols. Fix: choose its training corpus with --corpus.")
+        raise ValueError(f"{e}. The checkpoint {path} names corpus {trained_on!r}. {fix}") from e
+    _check_corpus_fits(path, ckpt, model, loaded, fix)
     data = getattr(loaded, split)
     if sliding_window is not None:
         settings = dict(sliding_window=sliding_window)
@@ -185,6 +201,39 @@ def evaluate_checkpoint(target: str | Path, split: str = "valid", corpus: Option
         settings["batch_size"] = batch_size
         res = evaluate(model, data, batch_size, max_tokens=max_predictions, progress=progress, **given)
     return dict(res, checkpoint=str(path), corpus=loaded.name, unit=loaded.unit, split=split, settings=settings)
+
+
+def _corpus_fix(trained_on: Optional[str], corpus: Optional[str]) -> str:
+    """How to choose the right evaluation corpus, naming what chose the wrong one: $TXL_CORPUS
+    (which overrides everything), --corpus, or nothing (the checkpoint's own)."""
+    env = os.environ.get("TXL_CORPUS")
+    if env and env != (corpus or trained_on):  # the variable, not the name asked for, chose the corpus
+        chosen = f"--corpus {corpus}" if corpus else f"the checkpoint's corpus {trained_on!r}"
+        return (f"Fix: $TXL_CORPUS={env} overrides {chosen}: unset it (unset TXL_CORPUS)"
+                + (f" or set it to {trained_on}" if trained_on in CORPORA else "") + ".")
+    if corpus:
+        return (f"Fix: drop --corpus {corpus} (the checkpoint was trained on {trained_on})" if trained_on in CORPORA
+                else "Fix: choose its training corpus with --corpus") + "."
+    return "Fix: choose the evaluation corpus with --corpus."
+
+
+def _check_corpus_fits(path: Path, ckpt: dict, model: TransformerXL, loaded, fix: str) -> None:
+    """ValueError unless ``loaded``'s ids mean what the checkpoint's mean: the same unit (a word
+    model's ids read as characters scores nonsense without an error), the same symbols where
+    the checkpoint names them, and ids within the embedding."""
+    want, got = checkpoint_vocab(ckpt), vocab_entry(loaded.unit, loaded.vocab)
+    if want is not None and want["unit"] != got["unit"]:
+        problem = (f"the checkpoint {path} is a {want['unit']} model ({describe_vocab(want)}) but {loaded.name} "
+                   f"holds {describe_vocab(got)}: its ids would be read as {want['unit']}s")
+    elif want is not None and want["symbols"] is not None and want["symbols"] != got["symbols"]:
+        problem = (f"the checkpoint {path} was trained on another vocabulary ({describe_vocab(want)}) than "
+                   f"{loaded.name}'s ({describe_vocab(got)}): the same id would mean another symbol")
+    elif model.cfg.vocab_size < loaded.vocab_size:  # ids past the embedding: an IndexError inside torch
+        problem = (f"the checkpoint {path} has vocab_size {model.cfg.vocab_size:,} but {loaded.name} has "
+                   f"{loaded.vocab_size:,} symbols")
+    else:
+        return
+    raise ValueError(f"{problem}. {fix}")
 
 
 SEGMENT_OPTIONS = ("tgt_len", "mem_len", "clamp_len", "same_length", "batch_size")

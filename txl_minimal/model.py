@@ -472,7 +472,7 @@ class TransformerXL(nn.Module):
                              "txl_minimal.generate_text(model, text, n_new), or pass token ids: "
                              "model.generate(torch.tensor([8, 9]), n_new)")
         if validation is not None:  # clear errors for bad arguments
-            prompt = validation.check_generate(prompt, n_new, temperature, top_k)
+            prompt, n_new, temperature, top_k = validation.check_generate(prompt, n_new, temperature, top_k)
         seq = torch.as_tensor(prompt, device=self.pos_emb.inv_freq.device).long()
         squeeze = seq.dim() == 1
         seq = seq[None] if squeeze else seq
@@ -490,7 +490,10 @@ class TransformerXL(nn.Module):
                 if temperature == 0:  # greedy
                     nxt = logits.argmax(-1, keepdim=True)
                 else:
-                    nxt = torch.multinomial(F.softmax(logits / temperature, -1), 1, generator=generator)
+                    # (logit - max) / T in float64 lies in [-inf, 0] for any T > 0: no NaN from a T
+                    # of 1e-45 (inf) or 1e39 (inf in float32, and -inf / inf after top_k)
+                    scaled = (logits - logits.max(-1, keepdim=True).values).double() / temperature
+                    nxt = torch.multinomial(F.softmax(scaled, -1), 1, generator=generator)
                 seq = torch.cat([seq, nxt], dim=1)
                 unread = nxt if recurrent else seq[:, -L:]  # with memory each token is read once
         return seq[0] if squeeze else seq

@@ -16,7 +16,8 @@ They were made with (bf16 autocast: 1.9x faster than fp32 on the CPU they were t
 
 "txl-tiny" and "vanilla-tiny" are the earlier, smaller pair (``cpu-small``: 4 layers,
 d_model 128, segments of 64, fp32), which the notebooks read. ``--ship`` copies a run
-into the package and recomputes NAME.json; ``--update-json NAME`` only recomputes it
+into the package and recomputes NAME.json (all checked and computed first, then every file and
+the manifest written together: a failure changes none of them); ``--update-json NAME`` only recomputes it
 (``python -m txl_minimal.evaluate NAME`` prints one evaluation and writes nothing).
 Every NAME.pt holds the checksum of its weights, which every load verifies.
 """
@@ -26,6 +27,7 @@ import argparse
 import json
 import math
 import platform
+import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -33,12 +35,13 @@ from typing import Optional
 import numpy as np
 import torch
 
-from txl_minimal.checkpoint import (CHECKSUM, NAMES, PRETRAINED_DIR, load_checkpoint, model_from_checkpoint,
-                                    save_checkpoint)
+from txl_minimal.checkpoint import (CHECKSUM, LOG_HEADER, NAMES, PRETRAINED_DIR, checkpoint_bytes, checkpoint_vocab,
+                                    describe_vocab, load_checkpoint, model_from_checkpoint)
 from txl_minimal.data import CorpusError, load_corpus
 from txl_minimal.evaluate import evaluate, sliding_window_eval
 from txl_minimal.model import TransformerXL
-from txl_minimal.utils import LN2, check_shipped, read_json, shipped_fix, terminal_progress, update_manifest
+from txl_minimal.utils import (LN2, MANIFEST, WriteError, check_shipped, read_json, shipped_fix, terminal_progress,
+                               write_shipped)
 
 # name -> evaluations reported in NAME.json: (label, function, keyword arguments).
 # "segments": evaluate.evaluate, batch_size 1 so every token has the longest context.
@@ -102,34 +105,84 @@ def load_pretrained(name: str = "txl", device: str | torch.device = "cpu") -> Tr
     return model_from_checkpoint(load_checkpoint(path, map_location=device), device)
 
 
-def export_pretrained(run_dir: str | Path, name: str) -> Path:
-    """Copy a run's weights + configs (no optimiser, with the weights' checksum) and its log
-    into the package."""
+def _shipped_state(run_dir: str | Path, name: str) -> tuple[dict, str]:
+    """A run's weights + configs as shipped (no optimiser; float32 on the CPU) and its log's text,
+    after checking everything --ship needs: both files, a checkpoint that loads, a log that is
+    the run's, characters (the shipped models are scored on text8-mini). Nothing is written."""
     _check_name(name)
     run_dir = Path(run_dir)
+    missing = [f for f in ("ckpt.pt", "log.csv") if not (run_dir / f).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{run_dir}/ has no {' and no '.join(missing)}: --ship copies a finished run's "
+                                "ckpt.pt and log.csv (nothing was changed). Fix: pass the --out folder of a "
+                                "training run.")
+    if (PRETRAINED_DIR / MANIFEST).exists():  # a damaged manifest is named now, not after the evaluation
+        read_json(PRETRAINED_DIR / MANIFEST, shipped_fix(PRETRAINED_DIR / MANIFEST))
     ckpt = load_checkpoint(run_dir / "ckpt.pt")
+    vocab = checkpoint_vocab(ckpt)
+    if vocab is None or vocab["unit"] != "character":
+        what = describe_vocab(vocab) if vocab else f"its corpus is {ckpt.get('train_config', {}).get('corpus')!r}"
+        raise ValueError(f"{run_dir} is not a character model trained on text8 or text8-mini ({what}): "
+                         f"the shipped {name!r} is scored on text8-mini's characters (nothing was changed). "
+                         "Fix: ship a character run.")
+    raw = (run_dir / "log.csv").read_bytes()
+    if not raw.startswith(LOG_HEADER):
+        raise ValueError(f"{run_dir / 'log.csv'} is not a training log (it begins {raw[:40]!r}); nothing was "
+                         "changed. Fix: restore the run's log.csv.")
+    log = raw.decode("utf-8", "replace").replace("\r\n", "\n")  # older logs had CRLF
+    state = dict(format=1, model={k: v.float().cpu() for k, v in ckpt["model"].items()},
+                 model_config=ckpt["model_config"], train_config=ckpt["train_config"],
+                 step=ckpt["step"], wall_time_s=ckpt["wall_time_s"],
+                 **({"vocab": ckpt["vocab"]} if "vocab" in ckpt else {}))
+    return state, log
+
+
+def export_pretrained(run_dir: str | Path, name: str) -> Path:
+    """Copy a run's weights + configs (no optimiser, with the weights' checksum) and its log
+    into the package, with their manifest entries: all checked first, then written together."""
+    state, log = _shipped_state(run_dir, name)
     path = PRETRAINED_DIR / f"{name}.pt"
-    save_checkpoint(dict(format=1, model={k: v.float().cpu() for k, v in ckpt["model"].items()},
-                         model_config=ckpt["model_config"], train_config=ckpt["train_config"],
-                         step=ckpt["step"], wall_time_s=ckpt["wall_time_s"]), path)
-    log = (run_dir / "log.csv").read_text().replace("\r\n", "\n")  # older logs had CRLF
-    (PRETRAINED_DIR / f"{name}.log.csv").write_text(log)
-    update_manifest(path)  # the size and SHA-256 every later load checks
-    update_manifest(PRETRAINED_DIR / f"{name}.log.csv")
+    write_shipped({path: checkpoint_bytes(state), PRETRAINED_DIR / f"{name}.log.csv": log.encode()})
     return path
+
+
+def ship(run_dir: str | Path, name: str, progress: bool = False) -> dict:
+    """``--ship``: a run's weights, log and freshly computed NAME.json into the package, all or
+    nothing. Everything is checked and evaluated first, then the three files and the manifest
+    are written together (``utils.write_shipped``): a failure at any point leaves every shipped
+    file and the manifest as they were."""
+    state, log = _shipped_state(run_dir, name)
+    pt = checkpoint_bytes(state)
+    summary = _summary(name, model_from_checkpoint(state), state, ("valid", "test"), progress)
+    write_shipped({PRETRAINED_DIR / f"{name}.pt": pt, PRETRAINED_DIR / f"{name}.log.csv": log.encode(),
+                   PRETRAINED_DIR / f"{name}.json": _json_bytes(summary)})
+    return summary
+
+
+def _json_bytes(value: dict) -> bytes:
+    return (json.dumps(value, indent=2) + "\n").encode()
 
 
 def evaluate_pretrained(name: str, splits: tuple[str, ...] = ("valid", "test"),
                         progress: bool = False, write: bool = True) -> dict:
     """Run EVALUATIONS[name] on text8-mini and (write=True) store them in NAME.json
-    (and give NAME.pt the checksum of its weights if it has none: the same weights)."""
+    (and give NAME.pt the checksum of its weights if it has none: the same weights), together
+    with the manifest."""
     _check_name(name)
     path = PRETRAINED_DIR / f"{name}.pt"
     model = load_pretrained(name)
     ckpt = load_checkpoint(path)
-    if write and CHECKSUM not in ckpt:  # a file shipped before checksums existed
-        save_checkpoint(ckpt, path)
-        update_manifest(path)
+    summary = _summary(name, model, ckpt, splits, progress)
+    if write:
+        files = {PRETRAINED_DIR / f"{name}.json": _json_bytes(summary)}
+        if CHECKSUM not in ckpt:  # a file shipped before checksums existed
+            files = {path: checkpoint_bytes(ckpt), **files}
+        write_shipped(files)
+    return summary
+
+
+def _summary(name: str, model: TransformerXL, ckpt: dict, splits: tuple[str, ...], progress: bool) -> dict:
+    """NAME.json's content: EVALUATIONS[name] of ``model`` on text8-mini, with ``ckpt``'s configs and times."""
     corpus = load_corpus("text8-mini")
     results: dict[str, dict] = {}
     for split in splits:
@@ -144,18 +197,14 @@ def evaluate_pretrained(name: str, splits: tuple[str, ...] = ("valid", "test"),
             results[f"{split}/{label}"] = dict(bpc=round(r["bpc"], 4), tokens=r["tokens"], settings=kw,
                                                seconds=round(seconds, 1),
                                                predictions_per_s=round(r["tokens"] / seconds, 1))
-    summary = dict(name=name, corpus=corpus.name, step=ckpt["step"],
-                   train_wall_time_s=round(ckpt["wall_time_s"], 1),
-                   train_tokens_per_s=round(ckpt["step"] * ckpt["train_config"]["batch_size"]
-                                            * ckpt["model_config"]["tgt_len"] / ckpt["wall_time_s"]),
-                   params=sum(p.numel() for p in model.parameters()),
-                   model_config=ckpt["model_config"], train_config=ckpt["train_config"],
-                   results=results, torch=torch.__version__, threads=torch.get_num_threads(),
-                   machine=platform.machine())
-    if write:
-        (PRETRAINED_DIR / f"{name}.json").write_text(json.dumps(summary, indent=2) + "\n")
-        update_manifest(PRETRAINED_DIR / f"{name}.json")
-    return summary
+    return dict(name=name, corpus=corpus.name, step=ckpt["step"],
+                train_wall_time_s=round(ckpt["wall_time_s"], 1),
+                train_tokens_per_s=round(ckpt["step"] * ckpt["train_config"]["batch_size"]
+                                         * ckpt["model_config"]["tgt_len"] / ckpt["wall_time_s"]),
+                params=sum(p.numel() for p in model.parameters()),
+                model_config=ckpt["model_config"], train_config=ckpt["train_config"],
+                results=results, torch=torch.__version__, threads=torch.get_num_threads(),
+                machine=platform.machine())
 
 
 def paired_difference(nll: np.ndarray, reference: np.ndarray, block: int = BLOCK) -> tuple[float, float]:
@@ -195,8 +244,7 @@ def paired_table(splits: tuple[str, ...] = ("valid", "test"), progress: bool = F
     summary = dict(corpus=corpus.name, block=BLOCK, rows=out, torch=torch.__version__,
                    threads=torch.get_num_threads(), machine=platform.machine())
     if write:
-        (PRETRAINED_DIR / "table.json").write_text(json.dumps(summary, indent=2) + "\n")
-        update_manifest(PRETRAINED_DIR / "table.json")
+        write_shipped({PRETRAINED_DIR / "table.json": _json_bytes(summary)})
     return summary
 
 
@@ -243,16 +291,17 @@ def main(argv: Optional[list[str]] = None) -> None:
         p.error("--ship needs --name txl or --name vanilla")
     if args.update_json and args.name:
         p.error("--name goes with --ship; --update-json names the model itself")
-    if args.table:
-        print(markdown_table(paired_table(progress=terminal_progress(not args.no_progress))))
-        return
     try:
-        if args.ship:
-            export_pretrained(args.ship, args.name)
-        summary = evaluate_pretrained(args.name or args.update_json,
-                                      progress=terminal_progress(not args.no_progress))
+        progress = terminal_progress(not args.no_progress)
+        if args.table:
+            print(markdown_table(paired_table(progress=progress)))
+            return
+        summary = ship(args.ship, args.name, progress) if args.ship else \
+            evaluate_pretrained(args.update_json, progress=progress)
     except (ValueError, FileNotFoundError, CorpusError) as e:  # bad input: the message, no traceback
         p.error(str(e))
+    except WriteError as e:  # a full disk, a read-only package folder: nothing was changed
+        sys.exit(f"error: {e}")
     print(summary)
 
 

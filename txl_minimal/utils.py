@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import json
 import math
 import os
 import random
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -57,6 +59,30 @@ def default_device(local_rank: int | None = None) -> str:
     return "cuda" if local_rank is None else f"cuda:{local_rank}"
 
 
+def check_device(device: str | torch.device, what: str = "device") -> torch.device:
+    """``device`` ("auto", "cpu", "cuda", "cuda:N") as a ``torch.device`` this machine has, else a
+    ``ValueError`` naming ``what``, the device and the fix (not torch's "Torch not compiled with
+    CUDA enabled" from deep inside a ``.to``, nor a checkpoint called corrupt)."""
+    if isinstance(device, str) and device == "auto":
+        return torch.device(default_device(0))
+    kinds = "'auto', 'cpu', 'cuda' or 'cuda:N'"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):  # torch's message lists every device type it knows
+        raise ValueError(f"{what} must be {kinds}, got {device!r}") from None
+    if dev.type == "cuda":
+        n = torch.cuda.device_count()
+        if (dev.index or 0) >= n:
+            why = "" if torch.backends.cuda.is_built() else f" (torch {torch.__version__} is built without CUDA)"
+            raise ValueError(f"{what} is {str(device)!r}, but torch sees {n} GPU(s){why}. Fix: "
+                             "'auto' (a GPU if there is one) or 'cpu'")
+    elif dev.type != "cpu":  # mps: no float64, which evaluation sums in; the amp set-up knows cpu and cuda
+        raise ValueError(f"{what} {str(device)!r}: this package runs on a CPU or a CUDA GPU, so {what} must be "
+                         f"{kinds}. Fix: 'cpu'" + (" (evaluation sums in float64, which an Apple GPU lacks)"
+                                                   if dev.type == "mps" else ""))
+    return dev
+
+
 def bf16_speedup(device: str | torch.device, rows: int, cols: int, inner: int, reps: int = 5,
                  sample_s: float = 2e-3) -> float:
     """How many times faster a (rows x cols) @ (cols x inner) matmul runs under bf16 autocast than
@@ -92,27 +118,135 @@ def bf16_speedup(device: str | torch.device, rows: int, cols: int, inner: int, r
     return fastest(lambda: a @ b) / fastest(bf16)
 
 
+class WriteError(OSError):
+    """A file the package writes could not be written (a full disk, a read-only folder); the
+    message names the file, what happened to it and the fix. ``errno`` is the system's."""
+
+    def __init__(self, message: str, code: int | None = None, reason: str = ""):
+        super().__init__(message)
+        self.errno, self.reason = code, reason  # reason: the system's words, e.g. "Read-only file system"
+
+
+# The system errors that mean "this folder cannot take the file" rather than a bug.
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def os_error_in(e: BaseException) -> OSError | None:
+    """The first OSError in ``e``'s chain (torch.save buries the disk's ENOSPC under a RuntimeError)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, OSError) and e.errno is not None:
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def write_problem(e: BaseException, path: str | Path) -> WriteError | None:
+    """A ``WriteError`` naming ``path`` and the fix if ``e`` is a full disk or a read-only or
+    forbidden folder (anywhere in its chain), else None (an error of another kind)."""
+    found = os_error_in(e)
+    if found is None or found.errno not in NO_SPACE + NOT_WRITABLE:
+        return None
+    path = Path(path)
+    if found.errno in NO_SPACE:
+        return WriteError(f"no space left on the disk holding {path.parent} while writing {path.name} "
+                          f"({found.strerror}); the previous {path.name}, if any, is intact. Fix: free some "
+                          "disk space (or use a folder on another disk), then run again", found.errno, found.strerror)
+    return WriteError(f"cannot write {path} ({found.strerror}: {found.filename or path.parent}). Fix: use a "
+                      "folder you can write to, or make this one writable", found.errno, found.strerror)
+
+
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], object], suffix: str = ".tmp") -> None:
     """Call ``write(file)`` on a temp file next to ``path``, then rename it over ``path``.
 
     A crash mid-write leaves the old file intact and no temp file behind: the rename
-    is atomic on POSIX and Windows. The file gets the usual permissions (umask).
+    is atomic on POSIX and Windows. The file gets the usual permissions (umask). A full
+    disk or a read-only folder is a ``WriteError`` saying so (not torch's or numpy's traceback).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=suffix)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=suffix)
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it owner-only
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it owner-only
         os.replace(tmp, path)
+    except Exception as e:
+        problem = write_problem(e, path)
+        if problem is None:
+            raise
+        raise problem from None  # the disk's error, said once: not a 37-line chain through torch
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """``atomic_write`` of a text file (UTF-8): a results JSON, a manifest."""
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+def replace_together(files: dict[Path, bytes]) -> None:
+    """Write every ``path: content`` of ``files``, all or nothing: each goes to a temp name beside
+    its path first (a full disk or a read-only folder fails here, before any file changes), then
+    all are renamed over their paths, in order; if a rename fails, the ones already renamed get
+    their old content back. A shipped model's .pt, log, summary and manifest change together."""
+    staged: dict[Path, str] = {}
+    previous: dict[Path, str] = {}
+    path = next(iter(files))
+    try:
+        for path, content in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            remove_leftovers(path.parent, f"{path.name}.*.staged")  # of a process killed mid-way
+            remove_leftovers(path.parent, f"{path.name}.*.previous")
+            fd, staged[path] = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".staged")
+            with os.fdopen(fd, "wb") as f:
+                f.write(content)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(staged[path], 0o666 & ~_umask())
+        for path in files:  # the old bytes, under a second name (a hard link: no copy)
+            if path.exists():
+                previous[path] = f"{staged[path][:-len('.staged')]}.previous"
+                try:
+                    os.link(path, previous[path])
+                except OSError:  # a file system without hard links: a copy
+                    shutil.copyfile(path, previous[path])
+        renamed = []
+        try:
+            for path in files:
+                os.replace(staged[path], path)
+                del staged[path]
+                renamed.append(path)
+        except BaseException:
+            for done in renamed:  # put back what was there
+                if done in previous:
+                    os.replace(previous.pop(done), done)
+                else:
+                    done.unlink(missing_ok=True)
+            raise
+    except Exception as e:
+        problem = write_problem(e, path)
+        if problem is None:
+            raise
+        names = ", ".join(p.name for p in files)
+        raise WriteError(f"{problem}".replace(f"the previous {path.name}, if any, is intact",
+                                              f"none of {names} was changed"), problem.errno, problem.reason) from None
+    finally:
+        for leftover in [*staged.values(), *previous.values()]:
+            if os.path.exists(leftover):
+                os.unlink(leftover)
 
 
 def remove_leftovers(folder: str | Path, pattern: str) -> list[Path]:
@@ -120,7 +254,10 @@ def remove_leftovers(folder: str | Path, pattern: str) -> list[Path]:
     was killed before its own clean-up ran (``atomic_write``, the text8 download)."""
     found = sorted(Path(folder).glob(pattern))
     for path in found:
-        path.unlink(missing_ok=True)
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:  # a folder that became read-only: nothing of ours can be in the way there
+            pass
     return found
 
 
@@ -219,6 +356,21 @@ def update_manifest(path: str | Path) -> None:
     manifest[path.name] = dict(bytes=path.stat().st_size, sha256=file_sha256(path))
     text = json.dumps(dict(sorted(manifest.items())), indent=1) + "\n"
     atomic_write(manifest_path, lambda f: f.write(text.encode()))
+
+
+def write_shipped(files: dict[Path, bytes]) -> None:
+    """(Re)write files that ship with the package together with their entries in the manifest beside
+    them, all or nothing (``replace_together``): a failure leaves every file and the manifest as they were."""
+    files = {Path(p): content for p, content in files.items()}
+    folders = {p.parent for p in files}
+    if len(folders) != 1:
+        raise ValueError(f"write_shipped writes into one folder, got {sorted(map(str, folders))}")
+    manifest_path = folders.pop() / MANIFEST
+    manifest = read_json(manifest_path, shipped_fix(manifest_path)) if manifest_path.exists() else {}
+    for path, content in files.items():
+        manifest[path.name] = dict(bytes=len(content), sha256=hashlib.sha256(content).hexdigest())
+    text = json.dumps(dict(sorted(manifest.items())), indent=1) + "\n"
+    replace_together({**files, manifest_path: text.encode()})  # the manifest last
 
 
 def non_finite(tensors: dict, what: str = "tensor") -> str | None:

@@ -7,7 +7,11 @@ Like the model, this needs torch only: text is encoded in ``data.py``.
 """
 from __future__ import annotations
 
+import math
+import numbers
+import operator
 from dataclasses import fields
+from typing import Optional
 
 import torch
 
@@ -15,10 +19,25 @@ ATTN_TYPES = ("rel", "abs", "abs_far", "shaw")  # "shaw" is registered by varian
 INT_TYPES = (torch.long, torch.int, torch.int16, torch.uint8)
 
 
+def as_int(value) -> Optional[int]:
+    """``value`` as a Python int if it is an integer (an int, a NumPy integer such as np.int64(16),
+    a 0-d integer tensor), else None; True and False are not integers here."""
+    if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def check_config(cfg) -> None:
-    """A ``TXLConfig`` whose fields all make sense, else the first impossible field."""
+    """A ``TXLConfig`` whose fields all make sense, else the first impossible field. NumPy integers
+    become Python ints (a checkpoint saves the config, and loads only plain types back)."""
     for f in fields(cfg):  # types first: True is an int to Python, and "no" is truthy
         value, low = getattr(cfg, f.name), 0 if f.name in ("mem_len", "clamp_len") else 1
+        if f.type in ("int", "Optional[int]") and type(value) is not int and as_int(value) is not None:
+            value = as_int(value)
+            setattr(cfg, f.name, value)
         if f.type == "int" and (type(value) is not int or value < low):
             raise ValueError(f"TXLConfig.{f.name} must be an integer >= {low}, got {value!r}")
         if f.type == "bool" and not isinstance(value, bool):
@@ -41,6 +60,8 @@ def check_clusters(cfg) -> None:
     """The word-level fields (adaptive.py): cutoffs that cut the vocabulary into non-empty
     clusters, widths d_embed // div_val**i of at least 1, one tie_projs entry per cluster."""
     cutoffs, V = cfg.cutoffs, cfg.vocab_size
+    if isinstance(cutoffs, (list, tuple)) and all(as_int(c) is not None for c in cutoffs):
+        cutoffs = cfg.cutoffs = [as_int(c) for c in cutoffs]  # NumPy integers as ints
     if not isinstance(cutoffs, (list, tuple)) or not all(type(c) is int for c in cutoffs):
         raise ValueError(f"TXLConfig.cutoffs must be a list of integers (e.g. [20000, 40000, 200000]; "
                          f"[]: one plain softmax), got {cutoffs!r}")
@@ -99,12 +120,28 @@ def check_inputs(model, tokens: torch.Tensor, mems, targets) -> None:
                              f"{got}. Fix: pass None (an empty memory), e.g. when the batch size changes")
 
 
-def check_generate(prompt, n_new: int, temperature: float, top_k) -> torch.Tensor:
-    """``TransformerXL.generate``'s arguments. Returns the prompt's ids as a tensor."""
-    if type(n_new) is not int or n_new < 0 or temperature < 0 or (top_k is not None and top_k <= 0):
-        raise ValueError("n_new must be an integer >= 0, temperature >= 0 (0 = greedy) and top_k positive "
-                         f"or None; got n_new={n_new!r}, temperature={temperature}, top_k={top_k}")
+def check_generate(prompt, n_new, temperature, top_k) -> tuple[torch.Tensor, int, float, Optional[int]]:
+    """``TransformerXL.generate``'s arguments: (the prompt's ids as a (T,) or (B, T) tensor, n_new,
+    temperature, top_k) as plain numbers, or a ``ValueError`` naming the bad one and the fix."""
+    count = as_int(n_new)
+    if count is None or count < 0:
+        raise ValueError(f"n_new must be an integer >= 0 (how many tokens to add), got {n_new!r}")
+    k = None if top_k is None else as_int(top_k)
+    if top_k is not None and (k is None or k < 1):
+        raise ValueError(f"top_k must be a positive integer or None (no limit), got {top_k!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) and not (
+            isinstance(temperature, torch.Tensor) and temperature.numel() == 1):  # np.float32(0.8) is fine
+        raise ValueError(f"temperature must be a number >= 0 (0 = greedy, 1 = the model's own "
+                         f"distribution), got {temperature!r}")
+    t = float(temperature)
+    if not (math.isfinite(t) and t >= 0):  # NaN or inf would reach torch.multinomial as NaN
+        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy, 1 = the model's own "
+                         f"distribution), got {temperature!r}")
     ids = torch.as_tensor(prompt)
-    if ids.is_floating_point() or ids.numel() == 0:  # a float id would be truncated silently
+    if ids.is_floating_point() or ids.dtype == torch.bool or ids.numel() == 0:  # a float id would be truncated
         raise ValueError(f"prompt must hold at least one integer token id, got {ids.dtype} {tuple(ids.shape)}")
-    return ids
+    if ids.dim() not in (1, 2):
+        raise ValueError(f"prompt must be token ids of shape (T,) or (batch, T), got shape {tuple(ids.shape)}. "
+                         "Fix: " + ("one id as a list, torch.tensor([id])" if ids.dim() == 0 else
+                                    "one row per sequence, e.g. ids.view(-1, ids.size(-1))"))
+    return ids, count, t, k

@@ -104,6 +104,10 @@ def _show(x) -> str:
 def _check(name: str, answer: Optional[Callable], cases: Iterable[Case],
            view: Optional[Callable] = None) -> Optional[bool]:
     """Run ``answer`` on every case; ``view`` (or a case's own) picks the part of a result compared."""
+    if answer is not None and not callable(answer):  # check_mask(mask(4, 3, 3, False)): a result, not the function
+        print(f"{name}: not yet: pass the function itself, {name}(your_function), not what it returns "
+              f"(got a {type(answer).__name__})")
+        return False
     for args, want, where, *own in cases:
         part = own[0] if own else view or (lambda x: x)
         try:
