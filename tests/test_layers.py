@@ -27,7 +27,7 @@ ALLOWED = {
     "flops": {"model"},
     "tasks": {"model", "utils"},  # the recall stream and its models
     "checkpoint": {"model", "data", "utils"},
-    "evaluate": {"model", "data", "utils", "checkpoint"},
+    "evaluate": {"model", "data", "utils", "checkpoint", "validation"},  # read_segments checks once
     "train": {"model", "data", "utils", "checkpoint", "evaluate", "validation"},  # validation: --compile
     "pretrained": {"model", "data", "utils", "checkpoint", "evaluate"},
     # the notebooks' helpers

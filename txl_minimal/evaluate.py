@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from txl_minimal import validation
 from txl_minimal.checkpoint import checkpoint_file, load_checkpoint, model_from_checkpoint, unwrap
 from txl_minimal.data import CORPORA, CorpusError, as_ids, load_corpus
 from txl_minimal.model import TransformerXL, TXLOutput
@@ -35,15 +36,19 @@ def read_segments(model: TransformerXL, tokens: torch.Tensor, targets: Optional[
     """Read ``tokens`` (B, N) segment by segment, carrying the memory, in eval mode with these
     lengths: yields ``(start, output)`` for ``tokens[:, start:start + tgt_len]``. ``targets`` give
     ``output.nll``; ``first_len`` is the first segment's length; the last ``attn_last`` segments
-    also return their attention (and the score terms with ``terms``)."""
+    also return their attention (and the score terms with ``terms``).
+
+    The inputs are checked once, here (``model(...)`` would check every segment's ids again,
+    and on a GPU each check waits for the queued work); the segments run ``model.segment``."""
+    validation.check_inputs(model, tokens, None, targets)
     with model.lengths(tgt_len, mem_len, clamp_len, same_length):
         L, n = model.cfg.tgt_len, tokens.size(1)
         starts = [0] + list(range(first_len or L, n, L))
         mems = None
         for k, (s, e) in enumerate(zip(starts, starts[1:] + [n])):
             keep = k >= len(starts) - attn_last
-            out = model(tokens[:, s:e], mems, None if targets is None else targets[:, s:e],
-                        return_attn=keep, return_terms=keep and terms)
+            out = model.segment(tokens[:, s:e], mems, None if targets is None else targets[:, s:e],
+                                return_attn=keep, return_terms=keep and terms)
             mems = out.mems
             yield s, out
 
@@ -94,20 +99,20 @@ def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[
     pad = B * n - n_pred
     x = F.pad(ids[:-1], (0, pad)).view(B, n).to(device)
     y = F.pad(ids[1:], (0, pad)).view(B, n).to(device)
-    scored = (torch.arange(B * n) < n_pred).view(B, n).to(device)
     L = model.cfg.tgt_len if tgt_len is None else tgt_len
     segments = read_segments(model, x, y, tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len,
                              same_length=same_length)
-    total = torch.zeros((), dtype=torch.float64, device=device)
-    nll = torch.zeros(B, n, dtype=torch.float64, device=device) if per_token else None
+    # every NLL is written into one buffer and summed once at the end: one copy per segment,
+    # and no value is read back to the host until then (on a GPU, no wait per segment)
+    nll = torch.zeros(B, n, dtype=torch.float64, device=device)
     for s, out in tqdm(segments, total=-(-n // L), disable=not progress, desc="evaluate", leave=False):
-        total += (out.nll.double() * scored[:, s:s + L]).sum()
-        if per_token:
-            nll[:, s:s + L] = out.nll
-    loss = total.item() / n_pred
+        nll[:, s:s + L] = out.nll
+    scored = nll.flatten()[:n_pred]  # column b holds the b-th block of the text: row-major order is text
+    # order, and the padding is the last B * n - n_pred positions
+    loss = scored.sum().item() / n_pred
     result = _scores(loss, n_pred)
-    if per_token:  # column b holds the b-th block of the text: row-major order is text order
-        result["nll"] = nll.flatten()[:n_pred].cpu().numpy()
+    if per_token:
+        result["nll"] = scored.cpu().numpy()
     return result
 
 
