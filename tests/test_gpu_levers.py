@@ -313,3 +313,21 @@ def test_read_segments_still_refuses_bad_ids(tiny_model):
     from txl_minimal.evaluate import read_segments
     with pytest.raises(ValueError, match="target ids must be in"):
         next(read_segments(tiny_model(), torch.zeros(1, 12, dtype=torch.long), torch.full((1, 12), 27)))
+
+
+def test_compiled_evaluation_gives_the_eager_numbers(tiny_model, monkeypatch):
+    """evaluate(compile=...): the segments traced by dynamo (here with its "eager" backend, no code
+    generated) give the eager numbers, under CUDA graphs' bookkeeping too; attention maps still come."""
+    real, calls = torch.compile, []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append(kw) or real(fn, backend="eager"))
+    model = tiny_model(dtype=torch.float32)
+    ids = torch.randint(0, 27, (6 * 5 + 3,))
+    eager = evaluate(model, ids, batch_size=2, per_token=True)
+    for mode in ("default", "reduce-overhead"):
+        compiled = evaluate(model, ids, batch_size=2, per_token=True, compile=mode)
+        assert compiled["tokens"] == eager["tokens"]
+        torch.testing.assert_close(torch.as_tensor(compiled["nll"]), torch.as_tensor(eager["nll"]),
+                                   rtol=1e-5, atol=1e-6)
+    assert calls == [{}, dict(mode="reduce-overhead")]
+    with pytest.raises(ValueError, match="compile must be None, 'default' or 'reduce-overhead'"):
+        evaluate(model, ids, compile=True)

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from txl_minimal import validation
+from txl_minimal import fast, validation
 from txl_minimal.checkpoint import checkpoint_file, load_checkpoint, model_from_checkpoint, unwrap
 from txl_minimal.data import CORPORA, CorpusError, as_ids, load_corpus
 from txl_minimal.model import TransformerXL, TXLOutput
@@ -40,6 +40,13 @@ def read_segments(model: TransformerXL, tokens: torch.Tensor, targets: Optional[
 
     The inputs are checked once, here (``model(...)`` would check every segment's ids again,
     and on a GPU each check waits for the queued work); the segments run ``model.segment``."""
+    yield from _read(model, None, tokens, targets, tgt_len, mem_len, clamp_len, same_length, first_len,
+                     attn_last, terms)
+
+
+def _read(model: TransformerXL, run, tokens, targets, tgt_len, mem_len, clamp_len, same_length,
+          first_len=None, attn_last=0, terms=False) -> Iterator[tuple[int, TXLOutput]]:
+    """``read_segments``, each segment run by ``run`` (a compiled ``model.segment``; None: itself)."""
     validation.check_inputs(model, tokens, None, targets)
     with model.lengths(tgt_len, mem_len, clamp_len, same_length):
         L, n = model.cfg.tgt_len, tokens.size(1)
@@ -47,8 +54,11 @@ def read_segments(model: TransformerXL, tokens: torch.Tensor, targets: Optional[
         mems = None
         for k, (s, e) in enumerate(zip(starts, starts[1:] + [n])):
             keep = k >= len(starts) - attn_last
-            out = model.segment(tokens[:, s:e], mems, None if targets is None else targets[:, s:e],
-                                return_attn=keep, return_terms=keep and terms)
+            y = None if targets is None else targets[:, s:e]
+            if run is None or keep:  # (the compiled segment returns no attention)
+                out = model.segment(tokens[:, s:e], mems, y, return_attn=keep, return_terms=keep and terms)
+            else:
+                out = run(tokens[:, s:e], mems, y)
             mems = out.mems
             yield s, out
 
@@ -78,7 +88,7 @@ def _scores(loss: float, n_pred: int) -> dict:
 def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[int] = None,
              mem_len: Optional[int] = None, clamp_len: Optional[int] = None,
              same_length: Optional[bool] = None, max_tokens: Optional[int] = None,
-             progress: bool = False, per_token: bool = False) -> dict:
+             progress: bool = False, per_token: bool = False, compile: Optional[str] = None) -> dict:
     """Bits per character of ``data`` read in segments with memory carried (Sec. 3.2); for word
     ids read "ppl" (perplexity), also returned, as is "loss" (mean NLL in nats).
 
@@ -88,9 +98,14 @@ def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[
     Each column starts with an empty memory, so ``batch_size=1`` gives every token the
     longest context. ``max_tokens`` scores only the first that many predictions.
     Lengths left as None keep the model's; they are restored afterwards. ``per_token``
-    adds "nll": the NLL in nats of every prediction, in text order (float64 numpy).
+    adds "nll": the NLL in nats of every prediction, in text order (float64 numpy). ``compile``:
+    the segments compiled by torch.compile in that mode ("default", or "reduce-overhead": with CUDA
+    graphs, for a small batch on a GPU, where launching kernels takes longer than running them);
+    each length compiles once (the memory's first segments and the last are other lengths).
     """
     _check_positive("evaluate", batch_size=batch_size, max_tokens=max_tokens)
+    if compile not in (None, "default", "reduce-overhead"):
+        raise ValueError(f"evaluate: compile must be None, 'default' or 'reduce-overhead', got {compile!r}")
     model = unwrap(model)
     ids, n_pred = _scored_ids(data, max_tokens, "evaluate")
     device = next(model.parameters()).device
@@ -100,8 +115,8 @@ def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[
     x = F.pad(ids[:-1], (0, pad)).view(B, n).to(device)
     y = F.pad(ids[1:], (0, pad)).view(B, n).to(device)
     L = model.cfg.tgt_len if tgt_len is None else tgt_len
-    segments = read_segments(model, x, y, tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len,
-                             same_length=same_length)
+    run = None if compile is None else fast.compile_segment(model, compile)
+    segments = _read(model, run, x, y, tgt_len, mem_len, clamp_len, same_length)
     # every NLL is written into one buffer and summed once at the end: one copy per segment,
     # and no value is read back to the host until then (on a GPU, no wait per segment)
     nll = torch.zeros(B, n, dtype=torch.float64, device=device)

@@ -261,6 +261,27 @@ def attend_flex(att: nn.Module, q, q_u, k, val, pos, mask, v) -> torch.Tensor:
     return flex_attention(q_u.to(dtype), k, val.to(dtype), score_mod=score_mod, scale=att.scale)
 
 
+# ----------------------------------------------------------------------------- torch.compile
+
+def compile_segment(model: nn.Module, mode: str = "default"):
+    """``model.segment`` compiled by ``torch.compile`` in ``mode`` ("default", or "reduce-overhead":
+    also CUDA graphs, the whole segment replayed by one launch). Called like ``segment`` with
+    (tokens, mems, targets). Under CUDA graphs each call starts a new step, and the memory it
+    returns is copied: the next replay overwrites the graph's own outputs. The compiler traces
+    model.py's plain code (the paths above step aside while it traces)."""
+    compiled = torch.compile(model.segment, **({} if mode == "default" else dict(mode=mode)))
+    if mode != "reduce-overhead":
+        return compiled
+    mark_step = getattr(torch.compiler, "cudagraph_mark_step_begin", lambda: None)
+
+    def replay(tokens, mems=None, targets=None):
+        mark_step()
+        out = compiled(tokens, mems, targets)
+        out.mems = [m.clone() for m in out.mems]
+        return out
+    return replay
+
+
 # ----------------------------------------------------------------------------- evaluation
 
 def active(module: nn.Module) -> bool:

@@ -43,7 +43,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from txl_minimal import validation
+from txl_minimal import fast, validation
 from txl_minimal.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from txl_minimal.data import CORPORA, Corpus, CorpusError, LMOrderedIterator, load_corpus
 from txl_minimal.evaluate import evaluate
@@ -306,19 +306,14 @@ class Segments(torch.nn.Module):
     def __init__(self, model: TransformerXL, mode: Optional[str] = None, ids_checked: bool = False):
         super().__init__()
         self.model, self.mode, self.ids_checked = model, mode, ids_checked
-        self.compiled = None
-        if mode is not None:
-            self.compiled = torch.compile(model.segment, **({} if mode == "default" else dict(mode=mode)))
+        self.compiled = None if mode is None else fast.compile_segment(model, mode)
 
     def forward(self, tokens: torch.Tensor, mems=None, targets=None):
         validation.check_inputs(self.model, tokens, mems, targets, ids=not self.ids_checked)
         if self.compiled is None:
             return self.model.segment(tokens, mems, targets)
-        graphs = self.mode == "reduce-overhead"
-        if graphs:  # a new step: CUDA graphs may now reuse the memory of the last step's outputs
-            getattr(torch.compiler, "cudagraph_mark_step_begin", lambda: None)()
         try:
-            out = self.compiled(tokens, mems, targets)
+            return self.compiled(tokens, mems, targets)
         except Exception as e:  # the compiler, not the inputs (checked above): go on without it
             if not _is_compiler_error(e):
                 raise
@@ -326,9 +321,6 @@ class Segments(torch.nn.Module):
                   "training without it")
             self.compiled = None
             return self.model.segment(tokens, mems, targets)
-        if graphs:  # the memory outlives this step: a copy that the next replay cannot overwrite
-            out.mems = [m.clone() for m in out.mems]
-        return out
 
 
 class CompiledSegments(Segments):
