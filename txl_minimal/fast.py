@@ -19,6 +19,14 @@ needed; without this file (``model.py`` copied alone) the model runs its explici
 - evaluation (eval mode, no gradient): what does not change between segments is kept:
   the keys and values of the memory's rows (``project_reusing_memory``), R, W_k,R R of a key
   length, the mask and its bias (``memo``, ``kept``).
+
+For a GPU (issue 30; benchmarks/gpu_compare.py times each, tests/gpu checks them there):
+
+- ``STRIDED_SDPA``: on CUDA, SDPA reads q, k, v in the layout their projection made (no copies).
+- ``attend_flex``: FlexAttention, the shifted (b)+(d) and the mask added inside the kernel
+  (``TransformerXL.flex_attn``; torch >= 2.5; off by default).
+- ``compile_segment``: ``model.segment`` under ``torch.compile``, with CUDA graphs' bookkeeping
+  ("reduce-overhead"): training's ``train.Segments`` and ``evaluate(compile=...)`` use it.
 """
 from __future__ import annotations
 
