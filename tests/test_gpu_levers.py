@@ -109,9 +109,9 @@ def test_training_checks_the_texts_ids_once(tmp_path):
 def test_adam_auto_is_fused_on_cuda_and_foreach_elsewhere(monkeypatch):
     assert adam_options("auto", CPU) == dict(foreach=True)
     assert adam_options("for-loop", CPU) == dict(foreach=False)
-    monkeypatch.setattr(train_py, "_fused_adam_runs", lambda device_type: True)
+    monkeypatch.setattr(train_py, "_fused_adam_runs", lambda device: True)
     assert adam_options("auto", CUDA) == dict(fused=True)
-    monkeypatch.setattr(train_py, "_fused_adam_runs", lambda device_type: device_type != "cpu")
+    monkeypatch.setattr(train_py, "_fused_adam_runs", lambda device: device != "cpu")
     with pytest.raises(ValueError, match="no fused Adam on cpu.*Fix: adam='auto' or 'foreach'"):
         adam_options("fused", CPU)
     with pytest.raises(ValueError, match="TrainConfig.adam must be one of"):

@@ -192,15 +192,16 @@ def relative_attention(q_u: torch.Tensor, q_v: torch.Tensor, k: torch.Tensor, va
     K = k.size(2)
     heads_first = lambda t: t.transpose(0, 1).reshape(H * B, t.size(2), D)  # noqa: E731
     qv = (q_v * scale).transpose(0, 1).reshape(H, B * T, D)
-    bd = torch.bmm(qv, r.transpose(1, 2)).view(H * B, T, K)  # (b) + (d), scaled, before the shift
-    bias = rel_shift(bd) + mask_bias  # shifted and masked: a fresh (H*B, T, K) tensor
+    bd = torch.bmm(qv, r.transpose(1, 2)).view(H, B, T, K)  # (b) + (d), scaled, before the shift
+    bias = rel_shift(bd) + mask_bias  # shifted and masked: a fresh (H, B, T, K) tensor
     if sdpa is None:
         needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q_u, k, val, bias))
         sdpa = q_u.is_cuda or not (needs_grad or (training and dropatt > 0))
     p = dropatt if training else 0.0
-    if sdpa and (q_u.is_cuda if STRIDED_SDPA is None else STRIDED_SDPA):
-        bias = bias.view(H, B, T, K).transpose(0, 1).to(q_u.dtype)
+    if sdpa and (q_u.is_cuda if STRIDED_SDPA is None else STRIDED_SDPA):  # (its gradient needs no reshape)
+        bias = bias.transpose(0, 1).to(q_u.dtype)
         return F.scaled_dot_product_attention(q_u, k, val, attn_mask=bias, dropout_p=p, scale=scale)
+    bias = bias.view(H * B, T, K)
     q_u, k, val = heads_first(q_u), heads_first(k), heads_first(val)
     if sdpa:
         four = lambda t: t.view(H, B, t.size(1), t.size(2))  # noqa: E731  (4-d: the fused CPU kernel)

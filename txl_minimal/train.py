@@ -350,10 +350,11 @@ def _has_triton() -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _fused_adam_runs(device_type: str) -> bool:
-    """Whether this torch has fused Adam for the device type (CUDA; CPU from torch 2.4 on)."""
+def _fused_adam_runs(device: str) -> bool:
+    """Whether this torch has fused Adam on ``device`` (CUDA; a CPU from torch 2.4 on). Tried on that
+    device itself: a DDP rank must not touch another rank's GPU."""
     try:
-        torch.optim.Adam([torch.zeros(1, device=device_type, requires_grad=True)], fused=True)
+        torch.optim.Adam([torch.zeros(1, device=device, requires_grad=True)], fused=True)
     except (RuntimeError, ValueError):
         return False
     return True
@@ -365,8 +366,8 @@ def adam_options(choice: str, device: torch.device) -> dict:
     CPU, bit for bit the numbers of torch's default there, the for-loop, in a seventh of its time for
     a 2-layer d_model 64 model). Every choice keeps the checkpoint's optimiser state loadable by the others."""
     if choice == "auto":
-        choice = "fused" if device.type == "cuda" and _fused_adam_runs("cuda") else "foreach"
-    if choice == "fused" and not _fused_adam_runs(device.type):
+        choice = "fused" if device.type == "cuda" and _fused_adam_runs(str(device)) else "foreach"
+    if choice == "fused" and not _fused_adam_runs(str(device)):
         raise ValueError(f"TrainConfig.adam='fused': torch {torch.__version__} has no fused Adam on {device.type}. "
                          "Fix: adam='auto' or 'foreach' (--set adam=foreach)")
     return dict(fused=True) if choice == "fused" else dict(foreach=choice == "foreach")
@@ -859,7 +860,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--batch-size", type=int_at_least(1))
     p.add_argument("--corpus", choices=CORPORA)
     p.add_argument("--device")
-    p.add_argument("--compile", action="store_true", help="torch.compile each segment (TrainConfig.compile)")
+    p.add_argument("--compile", action="store_true", help="torch.compile each segment on any device (TrainConfig."
+                   "compile; its default, 'auto', compiles on CUDA only; --set compile=reduce-overhead: CUDA graphs too)")
     p.add_argument("--amp", choices=CHOICES["amp"], help="autocast: auto (bf16 where measured faster), bf16, fp16, off")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                    help="any TXLConfig/TrainConfig field, e.g. attn_type=abs mem_len=0 (the vanilla baseline), "
