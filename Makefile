@@ -6,6 +6,8 @@
 #               runs/notebooks/ (.ipynb and .html)
 #   make test-min  the oldest declared versions (requirements-min.txt) in .venv-min, then pytest tests
 #   make e2e    JupyterLab in a real browser (chromium); skips, saying what to install, without one
+#   make test-gpu  tests/gpu on a CUDA GPU (skipped, in one line, without one); needs no setup step:
+#               the GPU machine's own python3 runs it (scripts/gpu_wheels.sh brings nbclient there)
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -24,7 +26,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 LAB_ARGS ?=
 LAB_ROOT := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 
-.PHONY: setup lab demo test test-fast test-min e2e notebooks benchmark clean
+.PHONY: setup lab demo test test-fast test-min test-gpu e2e notebooks benchmark clean
 
 $(VENV)/.installed: requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -89,6 +91,19 @@ test-min: $(VENV_MIN)/.installed
 # through the UI, screenshots in runs/e2e/. `make test` runs it too when a browser is installed.
 e2e: setup $(VENV)/.kernel
 	$(TEST_ENV) $(PY) -m pytest -q -rs -s -p no:cacheprovider tests/e2e
+
+# What only a CUDA GPU can check (tests/gpu; README, "On a GPU"). No venv is made: a GPU machine may have
+# no network, so its own python (GPU_PY: the venv's if there is one, else python3) runs the tests with
+# this checkout first on PYTHONPATH (then what PYTHONPATH held: /tmp/site from scripts/gpu_wheels.sh).
+# GPU_TESTS adds pytest arguments, e.g. GPU_TESTS='-k "not notebook"' (notebook 04 trains for minutes).
+GPU_PY ?= $(if $(wildcard $(PY)),$(PY),python3)
+GPU_TESTS ?=
+# Without a GPU every module is skipped at collection, which pytest reports as exit status 5.
+test-gpu:
+	@PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} TQDM_DISABLE=1 MPLBACKEND=Agg PYTHONHASHSEED=0 \
+	  $(GPU_PY) -m pytest -q -rs -p no:cacheprovider tests/gpu $(GPU_TESTS); rc=$$?; \
+	  if [ $$rc -eq 5 ] && $(GPU_PY) -c "import torch, sys; sys.exit(torch.cuda.is_available())"; then \
+	    echo "make test-gpu: no GPU here, nothing to run"; exit 0; fi; exit $$rc
 
 # Re-run the notebooks in place with the test environment (to refresh stored outputs).
 notebooks: setup

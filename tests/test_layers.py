@@ -27,8 +27,8 @@ ALLOWED = {
     "flops": {"model"},
     "tasks": {"model", "utils"},  # the recall stream and its models
     "checkpoint": {"model", "data", "utils"},
-    "evaluate": {"model", "data", "utils", "checkpoint"},
-    "train": {"model", "data", "utils", "checkpoint", "evaluate", "validation"},  # validation: --compile
+    "evaluate": {"model", "data", "utils", "checkpoint", "validation", "fast"},  # checks once; compile
+    "train": {"model", "data", "utils", "checkpoint", "evaluate", "validation", "fast"},  # --compile
     "pretrained": {"model", "data", "utils", "checkpoint", "evaluate"},
     # the notebooks' helpers
     "tutorial.context": {"model", "data", "utils", "evaluate"},

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from txl_minimal import fast, validation
 from txl_minimal.checkpoint import (checkpoint_file, checkpoint_vocab, describe_vocab, load_checkpoint,
                                     model_from_checkpoint, unwrap, vocab_entry)
 from txl_minimal.data import CORPORA, CorpusError, as_ids, load_corpus
@@ -39,19 +40,33 @@ def read_segments(model: TransformerXL, tokens: torch.Tensor, targets: Optional[
     """Read ``tokens`` (B, N) segment by segment, carrying the memory, in eval mode with these
     lengths: yields ``(start, output)`` for ``tokens[:, start:start + tgt_len]``. ``targets`` give
     ``output.nll``; ``first_len`` is the first segment's length; the last ``attn_last`` segments
-    also return their attention (and the score terms with ``terms``)."""
+    also return their attention (and the score terms with ``terms``).
+
+    The inputs are checked once, here (``model(...)`` would check every segment's ids again,
+    and on a GPU each check waits for the queued work); the segments run ``model.segment``."""
+    yield from _read(model, None, tokens, targets, tgt_len, mem_len, clamp_len, same_length, first_len,
+                     attn_last, terms)
+
+
+def _read(model: TransformerXL, run, tokens, targets, tgt_len, mem_len, clamp_len, same_length,
+          first_len=None, attn_last=0, terms=False) -> Iterator[tuple[int, TXLOutput]]:
+    """``read_segments``, each segment run by ``run`` (a compiled ``model.segment``; None: itself)."""
     if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
         shape = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
         raise ValueError(f"read_segments reads token ids of shape (batch, seq), got {shape}. Fix: one stream "
                          "as one row, tokens[None] (a tensor: torch.as_tensor(ids)[None])")
+    validation.check_inputs(model, tokens, None, targets)
     with model.lengths(tgt_len, mem_len, clamp_len, same_length):
         L, n = model.cfg.tgt_len, tokens.size(1)
         starts = [0] + list(range(first_len or L, n, L))
         mems = None
         for k, (s, e) in enumerate(zip(starts, starts[1:] + [n])):
             keep = k >= len(starts) - attn_last
-            out = model(tokens[:, s:e], mems, None if targets is None else targets[:, s:e],
-                        return_attn=keep, return_terms=keep and terms)
+            y = None if targets is None else targets[:, s:e]
+            if run is None or keep:  # (the compiled segment returns no attention)
+                out = model.segment(tokens[:, s:e], mems, y, return_attn=keep, return_terms=keep and terms)
+            else:
+                out = run(tokens[:, s:e], mems, y)
             mems = out.mems
             yield s, out
 
@@ -89,7 +104,7 @@ def _scores(loss: float, n_pred: int) -> dict:
 def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[int] = None,
              mem_len: Optional[int] = None, clamp_len: Optional[int] = None,
              same_length: Optional[bool] = None, max_tokens: Optional[int] = None,
-             progress: bool = False, per_token: bool = False) -> dict:
+             progress: bool = False, per_token: bool = False, compile: Optional[str] = None) -> dict:
     """Bits per character of ``data`` read in segments with memory carried (Sec. 3.2); for word
     ids read "ppl" (perplexity), also returned, as is "loss" (mean NLL in nats).
 
@@ -99,10 +114,15 @@ def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[
     Each column starts with an empty memory, so ``batch_size=1`` gives every token the
     longest context. ``max_tokens`` scores only the first that many predictions.
     Lengths left as None keep the model's; they are restored afterwards. ``per_token``
-    adds "nll": the NLL in nats of every prediction, in text order (float64 numpy).
+    adds "nll": the NLL in nats of every prediction, in text order (float64 numpy). ``compile``:
+    the segments compiled by torch.compile in that mode ("default", or "reduce-overhead": with CUDA
+    graphs, for a small batch on a GPU, where launching kernels takes longer than running them);
+    each length compiles once (the memory's first segments and the last are other lengths).
     """
     batch_size, max_tokens, tgt_len = _check_positive("evaluate", batch_size=batch_size, max_tokens=max_tokens,
                                                       tgt_len=tgt_len)
+    if compile not in (None, "default", "reduce-overhead"):
+        raise ValueError(f"evaluate: compile must be None, 'default' or 'reduce-overhead', got {compile!r}")
     model = unwrap(model)
     ids, n_pred = _scored_ids(data, max_tokens, "evaluate")
     device = next(model.parameters()).device
@@ -111,20 +131,20 @@ def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[
     pad = B * n - n_pred
     x = F.pad(ids[:-1], (0, pad)).view(B, n).to(device)
     y = F.pad(ids[1:], (0, pad)).view(B, n).to(device)
-    scored = (torch.arange(B * n) < n_pred).view(B, n).to(device)
     L = model.cfg.tgt_len if tgt_len is None else tgt_len
-    segments = read_segments(model, x, y, tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len,
-                             same_length=same_length)
-    total = torch.zeros((), dtype=torch.float64, device=device)
-    nll = torch.zeros(B, n, dtype=torch.float64, device=device) if per_token else None
+    run = None if compile is None else fast.compile_segment(model, compile)
+    segments = _read(model, run, x, y, tgt_len, mem_len, clamp_len, same_length)
+    # every NLL is written into one buffer and summed once at the end: one copy per segment,
+    # and no value is read back to the host until then (on a GPU, no wait per segment)
+    nll = torch.zeros(B, n, dtype=torch.float64, device=device)
     for s, out in tqdm(segments, total=-(-n // L), disable=not progress, desc="evaluate", leave=False):
-        total += (out.nll.double() * scored[:, s:s + L]).sum()
-        if per_token:
-            nll[:, s:s + L] = out.nll
-    loss = total.item() / n_pred
+        nll[:, s:s + L] = out.nll
+    scored = nll.flatten()[:n_pred]  # column b holds the b-th block of the text: row-major order is text
+    # order, and the padding is the last B * n - n_pred positions
+    loss = scored.sum().item() / n_pred
     result = _scores(loss, n_pred)
-    if per_token:  # column b holds the b-th block of the text: row-major order is text order
-        result["nll"] = nll.flatten()[:n_pred].cpu().numpy()
+    if per_token:
+        result["nll"] = scored.cpu().numpy()
     return result
 
 

@@ -17,10 +17,18 @@ needed; without this file (``model.py`` copied alone) the model runs its explici
 - ``project`` projects queries for the segment's rows only, and ``next_memory`` slices the
   next memory from the [memory o segment] that the projection made (one concatenation fewer).
 - evaluation (eval mode, no gradient): what does not change between segments is kept:
-  the keys and values of the memory's rows (``project_reusing_memory``), W_k,R R of a key
-  length and the mask's bias (``memo``). Each is kept with the autocast state it was made
-  under (``autocast_state``): a bf16 W_k,R R from a validation run under autocast is not
+  the keys and values of the memory's rows (``project_reusing_memory``), R, W_k,R R of a key
+  length, the mask and its bias (``memo``, ``kept``). Each is kept with the autocast state it was
+  made under (``autocast_state``): a bf16 W_k,R R from a validation run under autocast is not
   reused by an fp32 evaluation afterwards, nor the other way round.
+
+For a GPU (issue 30; benchmarks/gpu_compare.py times each, tests/gpu checks them there):
+
+- ``STRIDED_SDPA``: on CUDA, SDPA reads q, k, v in the layout their projection made (no copies).
+- ``attend_flex``: FlexAttention, the shifted (b)+(d) and the mask added inside the kernel
+  (``TransformerXL.flex_attn``; torch >= 2.5; off by default).
+- ``compile_segment``: ``model.segment`` under ``torch.compile``, with CUDA graphs' bookkeeping
+  ("reduce-overhead"): training's ``train.Segments`` and ``evaluate(compile=...)`` use it.
 """
 from __future__ import annotations
 
@@ -161,6 +169,14 @@ def rel_shift(x: torch.Tensor) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------- attention
 
+# The SDPA route reads q, k, v in the layout their projection made, (B, H, ., D) views of (B, ., H, D),
+# and the bias as a (B, H, T, K) view of the heads-first one: no copies into heads-first order (nor
+# of their gradients), and the output comes back in the (B, T, H, D) order the output projection
+# reads. None: on CUDA, whose kernels read any such strides; a CPU keeps the heads-first copies (its
+# numbers are then those it always had). True or False forces either (tests, benchmarks).
+STRIDED_SDPA: bool | None = None
+
+
 def relative_attention(q_u: torch.Tensor, q_v: torch.Tensor, k: torch.Tensor, val: torch.Tensor,
                        r: torch.Tensor, mask_bias: torch.Tensor, scale: float, dropatt: float,
                        training: bool, sdpa: bool | None = None) -> torch.Tensor:
@@ -178,16 +194,21 @@ def relative_attention(q_u: torch.Tensor, q_v: torch.Tensor, k: torch.Tensor, va
     K = k.size(2)
     heads_first = lambda t: t.transpose(0, 1).reshape(H * B, t.size(2), D)  # noqa: E731
     qv = (q_v * scale).transpose(0, 1).reshape(H, B * T, D)
-    bd = torch.bmm(qv, r.transpose(1, 2)).view(H * B, T, K)  # (b) + (d), scaled, before the shift
-    bias = rel_shift(bd) + mask_bias  # shifted and masked: a fresh (H*B, T, K) tensor
-    q_u, k, val = heads_first(q_u), heads_first(k), heads_first(val)
+    bd = torch.bmm(qv, r.transpose(1, 2)).view(H, B, T, K)  # (b) + (d), scaled, before the shift
+    bias = rel_shift(bd) + mask_bias  # shifted and masked: a fresh (H, B, T, K) tensor
     if sdpa is None:
         needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q_u, k, val, bias))
         sdpa = q_u.is_cuda or not (needs_grad or (training and dropatt > 0))
+    p = dropatt if training else 0.0
+    if sdpa and (q_u.is_cuda if STRIDED_SDPA is None else STRIDED_SDPA):  # (its gradient needs no reshape)
+        bias = bias.transpose(0, 1).to(q_u.dtype)
+        return F.scaled_dot_product_attention(q_u, k, val, attn_mask=bias, dropout_p=p, scale=scale)
+    bias = bias.view(H * B, T, K)
+    q_u, k, val = heads_first(q_u), heads_first(k), heads_first(val)
     if sdpa:
         four = lambda t: t.view(H, B, t.size(1), t.size(2))  # noqa: E731  (4-d: the fused CPU kernel)
         out = F.scaled_dot_product_attention(four(q_u), four(k), four(val), attn_mask=four(bias.to(q_u.dtype)),
-                                             dropout_p=dropatt if training else 0.0, scale=scale)
+                                             dropout_p=p, scale=scale)
     else:  # (a) + (c) added onto the bias by the matmul itself (beta = 1), scaled (alpha)
         score = torch.baddbmm(bias.to(q_u.dtype), q_u, k.transpose(1, 2), alpha=scale)
         low = score.dtype in (torch.bfloat16, torch.float16)  # their softmax is taken in float32
@@ -242,6 +263,61 @@ def attend(att: nn.Module, q, q_u, k, val, pos, mask, v) -> torch.Tensor:
     return relative_attention(q_u, q_v, k, val, r, mask_bias, att.scale, att.cfg.dropatt, att.training)
 
 
+def flex_available() -> bool:
+    """Whether this torch has FlexAttention (torch.nn.attention.flex_attention, torch >= 2.5)."""
+    try:
+        from torch.nn.attention.flex_attention import flex_attention  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def attend_flex(att: nn.Module, q, q_u, k, val, pos, mask, v) -> torch.Tensor:
+    """``attend`` through FlexAttention (``TransformerXL.flex_attn``): one kernel takes scale (q+u) k^T
+    and adds, inside, the scaled (b)+(d) read at its shifted column and the mask. (q+v) (W_k,R R)^T is
+    still one matmul, as in ``relative_attention``, but neither its shifted copy, nor the mask's bias,
+    nor the gradient of a (B, H, T, K) bias is made, and the scores never leave the kernel. Compiled
+    (``torch.compile``) it is a fused kernel; eagerly, torch runs it unfused (slow: for tests). No
+    attention dropout (``RelMultiHeadAttn._fused`` uses it only when none is to be dropped)."""
+    from torch.nn.attention.flex_attention import flex_attention
+    B, H, T, D = q_u.shape
+    K = k.size(2)
+    r = att.r_net(pos).view(-1, H, D).transpose(0, 1)  # W_k,R R: (H, K, D)
+    q_v = q if v is None else q + v[:, None]
+    qv = (q_v * att.scale).transpose(0, 1).reshape(H, B * T, D)
+    bd = torch.bmm(qv, r.transpose(1, 2)).view(H, B, T, K)  # (b) + (d), scaled, before the shift
+
+    def score_mod(score, b, h, i, j):
+        # rel_shift as an index: query i's key j sits in column j + T-1-i of the unshifted row (the
+        # columns past the end belong to masked keys; clamped, so that no read leaves the tensor)
+        shifted = bd[h, b, i, torch.clamp(j + (T - 1) - i, max=K - 1)]
+        return torch.where(mask[i, j], float("-inf"), score + shifted)
+
+    dtype = k.dtype  # (under autocast q + u is float32, k bfloat16: one dtype for the kernel)
+    return flex_attention(q_u.to(dtype), k, val.to(dtype), score_mod=score_mod, scale=att.scale)
+
+
+# ----------------------------------------------------------------------------- torch.compile
+
+def compile_segment(model: nn.Module, mode: str = "default"):
+    """``model.segment`` compiled by ``torch.compile`` in ``mode`` ("default", or "reduce-overhead":
+    also CUDA graphs, the whole segment replayed by one launch). Called like ``segment`` with
+    (tokens, mems, targets). Under CUDA graphs each call starts a new step, and the memory it
+    returns is copied: the next replay overwrites the graph's own outputs. The compiler traces
+    model.py's plain code (the paths above step aside while it traces)."""
+    compiled = torch.compile(model.segment, **({} if mode == "default" else dict(mode=mode)))
+    if mode != "reduce-overhead":
+        return compiled
+    mark_step = getattr(torch.compiler, "cudagraph_mark_step_begin", lambda: None)
+
+    def replay(tokens, mems=None, targets=None):
+        mark_step()
+        out = compiled(tokens, mems, targets)
+        out.mems = [m.clone() for m in out.mems]
+        return out
+    return replay
+
+
 # ----------------------------------------------------------------------------- evaluation
 
 def active(module: nn.Module) -> bool:
@@ -272,6 +348,12 @@ def memo(owner: nn.Module, name: str, key: tuple, make):
     value = make()
     owner.__dict__["_memo_" + name] = (key, value)
     return value
+
+
+def kept(owner: nn.Module, name: str, key: tuple, make):
+    """``make()``, kept under ``name`` for the next call with the same ``key`` while ``reusing(owner)``
+    (the model's R and mask in an evaluation: the same for every segment of a length)."""
+    return memo(owner, name, key, make) if reusing(owner) else make()
 
 
 def project_reusing_memory(att: nn.Module, h: torch.Tensor, mem):

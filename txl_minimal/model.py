@@ -166,6 +166,7 @@ class RelMultiHeadAttn(nn.Module):
     model uses it without the positional score; variants override ``positional_score``/``reweight``."""
 
     fused = True  # PyTorch's fused kernel computes the same when no probabilities are asked for
+    flex = False  # FlexAttention instead (fast.py; TransformerXL.flex_attn sets it)
 
     def __init__(self, cfg: TXLConfig):
         super().__init__()
@@ -238,6 +239,8 @@ class RelMultiHeadAttn(nn.Module):
         """The same by ``fast.relative_attention`` or ``scaled_dot_product_attention``: (b)+(d) and
         the mask (lowest finite value, as -inf gives NaN in bf16) are the bias of the scores."""
         own = type(self).positional_score is RelMultiHeadAttn.positional_score  # not a variant's (Shaw)
+        if self.flex and pos is not None and own and not (self.training and self.cfg.dropatt > 0):
+            return fast.attend_flex(self, q, q_u, k, val, pos, mask, v)  # (it drops no attention weights)
         if fast is not None and fast.active(self) and pos is not None and own:
             return fast.attend(self, q, q_u, k, val, pos, mask, v)
         pos_score = self.positional_score(q, pos, v)
@@ -382,6 +385,21 @@ class TransformerXL(nn.Module):
             if m is not self and hasattr(m, "fast"):
                 m.fast = self._fast
 
+    @property
+    def flex_attn(self) -> bool:
+        """True: the relative attention through FlexAttention (fast.py's ``attend_flex``: torch >= 2.5;
+        fast only under ``torch.compile``); False (the default): the paths above."""
+        return any(getattr(m, "flex", False) for m in self.modules())
+
+    @flex_attn.setter
+    def flex_attn(self, on: bool) -> None:
+        if on and (fast is None or not fast.flex_available()):
+            raise ValueError(f"flex_attn needs torch.nn.attention.flex_attention (torch >= 2.5), not in torch "
+                             f"{torch.__version__}. Fix: upgrade torch, or leave flex_attn off")
+        for m in self.modules():
+            if isinstance(m, RelMultiHeadAttn):
+                m.flex = bool(on)
+
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
@@ -427,10 +445,13 @@ class TransformerXL(nn.Module):
             x = x + U[mlen:]
             if mems is not None:  # layer 0 reads its memory with its own, farther positions added
                 read_mems = [mems[0] + U[:mlen]] + mems[1:]
-        else:
-            pos = self.drop(self.relative_encoding(mlen + qlen).to(x.dtype))  # R, shared by the layers
+        else:  # R, shared by the layers
+            klen = mlen + qlen
+            pos = self.drop(self._kept("R", (klen, cfg.clamp_len, x.dtype, x.device),
+                                       lambda: self.relative_encoding(klen).to(x.dtype)))
         h = self.drop(x)
-        mask = attention_mask(qlen, mlen, cfg.same_length, cfg.mem_len, device=x.device)
+        mask = self._kept("mask", (qlen, mlen, cfg.same_length, cfg.mem_len, x.device),
+                          lambda: attention_mask(qlen, mlen, cfg.same_length, cfg.mem_len, device=x.device))
         hids, attn, terms = [], [], []
         for i, layer in enumerate(self.layers):
             hids.append(h)  # layer i's memory is made of what entered layer i
@@ -459,6 +480,11 @@ class TransformerXL(nn.Module):
             if cfg.adaptive_span:  # variants.SpanAttn: the L1 penalty on the spans
                 out.loss = out.loss + cfg.span_loss_coeff * sum(l.dec_attn.spans().mean() for l in self.layers)
         return out
+
+    def _kept(self, name: str, key: tuple, make):
+        """``make()``; in an evaluation with the fast paths, the value made for the same ``key`` in an
+        earlier segment (R and the mask are the same in every segment of a length: fast.kept)."""
+        return make() if fast is None else fast.kept(self, name, key, make)
 
     @torch.no_grad()
     def generate(self, prompt, n_new: int, temperature: float = 1.0, top_k: Optional[int] = None,

@@ -87,23 +87,23 @@ def check_clusters(cfg) -> None:
                          f"and {len(cutoffs)} tail clusters of cutoffs {list(cutoffs)}), got {tie!r}")
 
 
-def check_inputs(model, tokens: torch.Tensor, mems, targets) -> None:
+def check_inputs(model, tokens: torch.Tensor, mems, targets, ids: bool = True) -> None:
     """``TransformerXL.forward``'s inputs: integer ids in the vocabulary, and a memory
     that this model made for this batch size (its device, and its parameters' dtype: the model
-    keeps memories in that dtype also under autocast)."""
+    keeps memories in that dtype also under autocast). ``ids=False`` leaves out
+    the ids' range, the one check that reads values: on a GPU it waits for the queued work
+    (a host sync), so a loop whose ids were checked once (``read_segments``, training) skips it."""
     cfg = model.cfg
-    for what, ids in (("tokens", tokens), ("targets", targets)):  # float ids would be truncated
-        if ids is not None and (ids.dim() != 2 or ids.dtype not in INT_TYPES):
+    for what, t in (("tokens", tokens), ("targets", targets)):  # float ids would be truncated
+        if t is not None and (t.dim() != 2 or t.dtype not in INT_TYPES):
             raise ValueError(f"{what} must be an integer tensor of shape (batch, seq); got "
-                             f"{tuple(ids.shape)} {ids.dtype}")
+                             f"{tuple(t.shape)} {t.dtype}")
     if tokens.numel() == 0:
         raise ValueError(f"tokens must hold at least one token per row; got shape {tuple(tokens.shape)}")
     if targets is not None and targets.shape != tokens.shape:
         raise ValueError(f"targets shape {tuple(targets.shape)} != tokens shape {tuple(tokens.shape)}")
-    for what, ids in (("token", tokens), ("target", targets)):
-        if ids is not None and (int(ids.min()) < 0 or int(ids.max()) >= cfg.vocab_size):
-            raise ValueError(f"{what} ids must be in [0, {cfg.vocab_size - 1}] (vocab_size); got min "
-                             f"{int(ids.min())}, max {int(ids.max())}. Encode text with txl_minimal.encode.")
+    for what, values in (("token", tokens), ("target", targets)) if ids else ():
+        check_ids(values, cfg.vocab_size, what)
     if isinstance(mems, torch.Tensor):  # `if mems` would ask torch for the truth value of a tensor
         raise ValueError(f"mems must be the list out.mems (one tensor per layer), got one tensor of shape "
                          f"{tuple(mems.shape)}. Fix: pass out.mems itself, not torch.stack(out.mems)")
@@ -118,6 +118,16 @@ def check_inputs(model, tokens: torch.Tensor, mems, targets) -> None:
             raise ValueError(f"mems must be a previous out.mems: n_layer={cfg.n_layer} tensors (batch={B}, "
                              f"mlen, d_model={d}) {p.dtype} on {p.device}; got {len(mems)}, mems[{i}] "
                              f"{got}. Fix: pass None (an empty memory), e.g. when the batch size changes")
+
+
+def check_ids(ids, vocab_size: int, what: str = "token") -> None:
+    """ValueError unless every id of ``ids`` (a tensor or None) lies in [0, vocab_size)."""
+    if ids is None or ids.numel() == 0:
+        return
+    low, high = torch.stack(torch.aminmax(ids)).tolist()  # one read back from the device
+    if low < 0 or high >= vocab_size:
+        raise ValueError(f"{what} ids must be in [0, {vocab_size - 1}] (vocab_size); got min "
+                         f"{low}, max {high}. Encode text with txl_minimal.encode.")
 
 
 def check_generate(prompt, n_new, temperature, top_k) -> tuple[torch.Tensor, int, float, Optional[int]]:
