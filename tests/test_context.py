@@ -204,3 +204,14 @@ def test_context_nll_of_an_lstm_reads_each_window_from_an_empty_state():
         want = [-lstm(ids[None, t - 10:t]).logits[0, -1, ids[t]].item() for t in targets]
     np.testing.assert_allclose(got, want, rtol=1e-6)  # context_nll scores in float32
     assert not np.allclose(got, context_nll(lstm, DATA, targets, context=3))  # the window matters
+
+
+def test_loss_vs_context_shows_a_bar_on_stderr_only_when_asked(tiny_model, capsys, monkeypatch):
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)  # the test environment silences tqdm
+    model = tiny_model()
+    targets = target_positions(len(DATA), 4, max_context=8)
+    quiet = loss_vs_context(model, DATA, [1, 4], targets)
+    assert capsys.readouterr().err == ""
+    loud = loss_vs_context(model, DATA, [1, 4], targets, progress=True)
+    assert "contexts" in capsys.readouterr().err
+    assert np.array_equal(quiet, loud)
