@@ -114,7 +114,8 @@ def loss_vs_context(model: TransformerXL, data, contexts: Sequence[int], targets
     ``progress``: a bar over the contexts (tqdm, on stderr). ``kwargs`` go to
     ``context_nll`` (batch_size, seg_len, mem_len, clamp_len).
     """
-    bar = tqdm(contexts, desc="contexts", disable=not progress, leave=False)
+    quiet = {} if progress else {"disable": True}  # progress: tqdm's default, so TQDM_DISABLE=1 still silences it
+    bar = tqdm(contexts, desc="contexts", leave=False, **quiet)
     return np.stack([context_nll(model, data, targets, c, **kwargs) for c in bar])
 
 
