@@ -1,7 +1,10 @@
-"""Train the encoding x recurrence ablation and the adaptive-span pair; write results.json.
+"""Train the encoding x recurrence ablation (the paper's Sec. 4.2 / Table 6 in miniature), the
+half-loss absolute model and the adaptive-span pair; write results.json.
 
     python scripts/ablation.py                                 # the shipped numbers (~20 min, 2 cores)
     python scripts/ablation.py --steps 3 --tiny --out /tmp/abl  # smoke test (seconds)
+    python scripts/ablation.py --only abs_nomem_half            # re-train one variant; the others'
+                                                                # results in OUT/results.json are kept
 
 Every variant: same size, data (text8-mini) and steps, trained once per seed (--seeds,
 3 by default: seeds 0, 1, 2); see txl_minimal/tutorial/ablation.py for what is trained and what
@@ -29,8 +32,8 @@ from txl_minimal.model import TXLConfig
 from txl_minimal.train import evaluate, train
 from txl_minimal.utils import atomic_write_text
 from txl_minimal.tutorial.ablation import (BASE_MODEL, BASE_TRAIN, LONG_FACTOR, RESULTS_DIR, TEST_BATCH,
-                                           TINY_MODEL, Variant, contexts, model_config, model_spans,
-                                           results_table, train_config, variants)
+                                           TINY_MODEL, Variant, contexts, later_half_bpc, model_config,
+                                           model_spans, results_table, train_config, variants)
 
 
 def flops_report(cfg: TXLConfig, ctx: dict, spans: Optional[Sequence[Sequence[float]]] = None) -> dict:
@@ -53,7 +56,7 @@ def run_variant(variant: Variant, steps: int, out_dir: Path, corpus: Corpus, tin
     score it, return its results."""
     model_cfg = model_config(variant, tiny)
     run_dir = Path(out_dir) / variant.name / (f"seed{seed}" if seed else "")
-    train_cfg = train_config(steps, run_dir, tiny, seed=seed)
+    train_cfg = train_config(steps, run_dir, tiny, seed=seed, **variant.train_overrides)
     t0 = time.perf_counter()
     res = train(model_cfg, train_cfg, corpus=corpus, progress=progress, overwrite=True)  # re-runs replace
     train_s = time.perf_counter() - t0
@@ -65,6 +68,9 @@ def run_variant(variant: Variant, steps: int, out_dir: Path, corpus: Corpus, tin
     for which in ("train", "long"):
         r = evaluate(model, corpus.test, batch_size=eval_batch_size, max_tokens=eval_tokens, **ctx[which])
         test[which] = _round(r["bpc"])
+    if model_cfg.mem_len == 0:  # no memory: also only the targets a half loss trains (context >= L/2 + 1)
+        ids = corpus.test if eval_tokens is None else corpus.test[: eval_tokens + 1]
+        test["later_half"] = _round(later_half_bpc(model, ids, model_cfg.tgt_len))
     eval_s = time.perf_counter() - t1
     if not keep_ckpt:
         (run_dir / "ckpt.pt").unlink(missing_ok=True)
@@ -73,11 +79,12 @@ def run_variant(variant: Variant, steps: int, out_dir: Path, corpus: Corpus, tin
         attn_type=model_cfg.attn_type, mem_len=model_cfg.mem_len, adaptive_span=model_cfg.adaptive_span,
         params=model.num_params(), steps=res.step,
         final_train_bpc=_round(res.train_bpc), final_valid_bpc=_round(res.valid_bpc),
-        test_bpc=dict(train_ctx=test["train"], long_ctx=test["long"]),
+        test_bpc=dict(train_ctx=test["train"], long_ctx=test["long"],
+                      **({"later_half": test["later_half"]} if "later_half" in test else {})),
         contexts=dict(train_ctx=ctx["train"], long_ctx=ctx["long"], long_desc=ctx["long_desc"]),
         attn_flops_per_token=dict(train_ctx=flops_report(model_cfg, ctx["train"], spans),
                                   long_ctx=flops_report(model_cfg, ctx["long"], spans)),
-        train_wall_s=round(train_s, 1), eval_wall_s=round(eval_s, 1),
+        train_wall_s=round(train_s, 1), eval_wall_s=round(eval_s, 1), threads=torch.get_num_threads(),
         log=str(run_dir.relative_to(out_dir) / "log.csv"), model_config=model_cfg.to_dict(),
         train_config={k: v for k, v in asdict(train_cfg).items() if k not in ("out", "device")},
     )
@@ -96,7 +103,7 @@ def merge_seeds(per_seed: list[dict]) -> dict:
     merged = dict(per_seed[0], seeds=[r["train_config"]["seed"] for r in per_seed],
                   logs=[r["log"] for r in per_seed],
                   final_valid_bpc_seeds=[r["final_valid_bpc"] for r in per_seed])
-    merged["test_bpc_seeds"] = {c: [r["test_bpc"][c] for r in per_seed] for c in ("train_ctx", "long_ctx")}
+    merged["test_bpc_seeds"] = {c: [r["test_bpc"][c] for r in per_seed] for c in per_seed[0]["test_bpc"]}
     merged["test_bpc"] = {c: _round(statistics.fmean(v)) for c, v in merged["test_bpc_seeds"].items()}
     merged["test_bpc_sd"] = {c: _round(statistics.stdev(v)) if len(v) > 1 else 0.0
                              for c, v in merged["test_bpc_seeds"].items()}
@@ -105,12 +112,29 @@ def merge_seeds(per_seed: list[dict]) -> dict:
     return merged
 
 
+def _kept_runs(path: Path, steps: int, tiny: bool, seeds: int, new: dict) -> dict:
+    """The runs of an earlier results.json at ``path`` that ``new`` does not replace, if it was made
+    with the same steps, size and seeds (else none), with "_wall_s": their share of its wall time,
+    and "_threads": the thread count its meta records (a run made otherwise records its own)."""
+    if not path.exists():
+        return {}
+    old = json.loads(path.read_text())
+    meta = old.get("meta", {})
+    if (meta.get("steps"), meta.get("tiny"), meta.get("seeds")) != (steps, tiny, list(range(seeds))):
+        return {}
+    kept = {name: r for name, r in old.get("runs", {}).items() if name not in new}
+    replaced = sum(r["train_wall_s"] + r["eval_wall_s"] for name, r in old.get("runs", {}).items() if name in new)
+    return dict(kept, _wall_s=max(0.0, meta.get("total_wall_s", 0.0) - replaced), _threads=meta.get("threads"))
+
+
 def run_ablation(steps: int = BASE_TRAIN["max_steps"], out: str | Path = RESULTS_DIR, tiny: bool = False,
                  only: Optional[Sequence[str]] = None, eval_tokens: Optional[int] = None,
                  span_loss_coeff: Optional[float] = None, threads: Optional[int] = 2,
                  keep_ckpt: bool = False, progress: bool = False, verbose: bool = True,
                  seeds: int = 3) -> dict:
-    """Train and score every variant with seeds 0..``seeds``-1; write ``out``/results.json and return it."""
+    """Train and score every variant with seeds 0..``seeds``-1; write ``out``/results.json and return it.
+    With ``only``, the other variants' results already in ``out``/results.json (same steps, seeds and
+    size) are kept."""
     if threads:
         torch.set_num_threads(threads)
     out = Path(out)
@@ -132,6 +156,13 @@ def run_ablation(steps: int = BASE_TRAIN["max_steps"], out: str | Path = RESULTS
                 print(f"{v.name:18s} seed {seed}  test bpc {r['test_bpc']['train_ctx']:.3f} (train ctx) "
                       f"{r['test_bpc']['long_ctx']:.3f} (long ctx)  train {r['train_wall_s']:.0f} s", flush=True)
         runs[v.name] = merge_seeds(per_seed)
+    wall_s = time.perf_counter() - t0
+    kept = _kept_runs(out / "results.json", steps, tiny, seeds, runs) if only is not None else {}
+    threads = torch.get_num_threads()
+    if kept:
+        wall_s += kept.pop("_wall_s")
+        threads = kept.pop("_threads")  # the file's; each new run records its own
+        runs = {v.name: (runs | kept)[v.name] for v in variants() if v.name in runs | kept}  # the usual order
     results = dict(
         meta=dict(
             script="scripts/ablation.py", steps=steps, tiny=tiny, seeds=list(range(seeds)),
@@ -140,8 +171,8 @@ def run_ablation(steps: int = BASE_TRAIN["max_steps"], out: str | Path = RESULTS
             long_context=("with memory: the training segment and LONG_FACTOR x the training memory; "
                           "without memory: one segment LONG_FACTOR x the training segment"),
             base_model=TINY_MODEL if tiny else BASE_MODEL,
-            threads=torch.get_num_threads(), torch=torch.__version__, machine=platform.machine(),
-            total_wall_s=round(time.perf_counter() - t0, 1)),
+            threads=threads, torch=torch.__version__, machine=platform.machine(),
+            total_wall_s=round(wall_s, 1)),
         runs=runs)
     atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")  # a killed run keeps the old one
     return results

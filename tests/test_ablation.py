@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from pathlib import Path
 
 import pytest
 import torch
 
 from txl_minimal.model import TransformerXL, TXLConfig
-from txl_minimal.tutorial.ablation import (RESULTS_DIR, contexts, load_results, model_config, read_log,
+from txl_minimal.tutorial.ablation import (RESULTS_DIR, contexts, later_half_bpc, load_results, model_config, read_log,
                                            results_table, variants)
 
 torch.set_num_threads(1)
@@ -117,3 +118,30 @@ def test_missing_results_name_the_path_and_the_command_that_makes_them(tmp_path)
     with pytest.raises(FileNotFoundError, match="python scripts/ablation.py --out") as err:
         load_results(path)
     assert str(path) in str(err.value)
+
+
+def test_only_keeps_the_other_variants_and_the_half_loss_run_is_scored_on_later_halves(tmp_path):
+    _script().main(["--steps", "2", "--tiny", "--threads", "1", "--out", str(tmp_path), "--only", "rel_mem",
+                    "--seeds", "1"])
+    _script().main(["--steps", "2", "--tiny", "--threads", "1", "--out", str(tmp_path), "--only", "abs_nomem_half",
+                    "--seeds", "1"])
+    runs = load_results(tmp_path / "results.json")["runs"]
+    assert list(runs) == ["rel_mem", "abs_nomem_half"]  # the first run kept, in variants()' order
+    half = runs["abs_nomem_half"]
+    assert half["train_config"]["loss_positions"] == "half" and half["group"] == "half_loss"
+    assert runs["rel_mem"]["train_config"]["loss_positions"] == "full"
+    assert 3.0 < half["test_bpc"]["later_half"] < 6.0 and "later_half" not in runs["rel_mem"]["test_bpc"]
+
+
+def test_later_half_bpc_scores_every_target_once_with_at_least_half_a_segment_of_context():
+    torch.manual_seed(0)
+    model = TransformerXL(TXLConfig(n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32, dropout=0.0,
+                                    tgt_len=8, mem_len=0, attn_type="abs"))
+    ids = torch.randint(0, 27, (45,))
+    nll = []  # by hand: target t (t >= 5) predicted from the window of 8 that ends at or after it
+    for start in range(0, len(ids) - 8, 4):
+        out = model(ids[start:start + 8][None], None, targets=ids[start + 1:start + 9][None])
+        nll += out.nll[0, 4:].tolist()
+    assert len(nll) == 40  # targets 5 .. 44: every one once
+    expected = sum(nll) / len(nll) / math.log(2)
+    assert later_half_bpc(model, ids, 8, batch_size=3) == pytest.approx(expected, rel=1e-6)

@@ -238,7 +238,12 @@ def test_plot_attention_by_distance_figure():
     image_axes = [ax for ax in fig.axes if ax.images]
     assert len(image_axes) == 2
     labels = [t.get_text() for t in image_axes[0].get_yticklabels()]
-    assert labels == [f"L{l} H{h}" for l in range(2) for h in range(3)]
+    assert labels == [f"L{l} H{h}" for l in (1, 2) for h in range(3)]  # layers from 1, as in the paper
+    # the legend of the marked distances sits below every panel, on no data
+    fig.canvas.draw()
+    (legend,) = fig.legends
+    box = legend.get_window_extent()
+    assert all(box.y1 <= ax.get_window_extent().y0 for ax in image_axes) and not image_axes[0].get_legend()
     plt.close(fig)
     # one colour scale for all panels unless asked otherwise
     for shared in (True, False):
@@ -349,9 +354,10 @@ def test_profile_entropy_and_log_correlation():
 def test_plot_token_pairs_labels():
     m = torch.rand(3, 3)
     m[1] = float("nan")
-    fig = plotting.plot_token_pairs({"a": m, "b": m}, ["x", "y", "z"], "t")
+    fig = plotting.plot_token_pairs({"a": m, "b": m / 2}, ["x", "y", "z"], "t")
     image_axes = [ax for ax in fig.axes if ax.images]
     assert len(image_axes) == 2
+    assert {ax.images[0].norm.vmax for ax in image_axes} == {float(m.nan_to_num().max())}  # one colour scale
     assert [t.get_text() for t in image_axes[1].get_yticklabels()] == ["x", "y", "z"]
     plt.close(fig)
 

@@ -204,3 +204,25 @@ def test_context_nll_of_an_lstm_reads_each_window_from_an_empty_state():
         want = [-lstm(ids[None, t - 10:t]).logits[0, -1, ids[t]].item() for t in targets]
     np.testing.assert_allclose(got, want, rtol=1e-6)  # context_nll scores in float32
     assert not np.allclose(got, context_nll(lstm, DATA, targets, context=3))  # the window matters
+
+
+def test_loss_vs_context_shows_a_bar_on_stderr_only_when_asked_and_not_under_tqdm_disable():
+    """progress=True draws a bar (notebook 06's long cells), which TQDM_DISABLE=1, the test
+    environment's switch read when tqdm is imported, still silences (stored outputs stay clean)."""
+    import os
+    import subprocess
+    import sys
+    code = ("import numpy as np, torch; from txl_minimal.model import TransformerXL, TXLConfig; "
+            "from txl_minimal.tutorial.context import loss_vs_context, target_positions; torch.manual_seed(0); "
+            "m = TransformerXL(TXLConfig(n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=8, mem_len=8)); "
+            "d = np.random.default_rng(0).integers(0, 27, 200); t = target_positions(len(d), 4, max_context=8); "
+            "loss_vs_context(m, d, [1, 4], t, progress={progress})")
+    env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}
+    def stderr(progress: bool, **extra) -> str:
+        return subprocess.run([sys.executable, "-c", code.format(progress=progress)], env={**env, **extra},
+                              capture_output=True, text=True, check=True).stderr
+    assert "contexts" in stderr(True)
+    assert "contexts" not in stderr(False)
+    import tqdm.utils
+    if hasattr(tqdm.utils, "envwrap"):  # tqdm >= 4.66 reads TQDM_* variables (4.60, the floor, does not)
+        assert "contexts" not in stderr(True, TQDM_DISABLE="1")

@@ -74,6 +74,44 @@ WRONG = [
 ]
 
 
+# Predict-then-verify: the student writes a number (or a list) before the notebook reveals it.
+PREDICTIONS = [(exercises.check_uniform_distance, solutions.UNIFORM_DISTANCE),
+               (exercises.check_span_mask_prediction, solutions.SPAN_MASK_PREDICTION)]
+WRONG_PREDICTIONS = [  # (checker, a wrong prediction, a phrase the message must say or "")
+    (exercises.check_uniform_distance, 255.5, "same_length"),  # every query sees M keys
+    (exercises.check_uniform_distance, 319.5, "the future is hidden"),  # every query sees all M + L
+    (exercises.check_uniform_distance, 288.25, "the query itself"),  # distances from 1
+    (exercises.check_uniform_distance, 300, "287.75"),
+    (exercises.check_uniform_distance, "far", "write a number"),
+    (exercises.check_span_mask_prediction, [1, 0, 0, 0], "hard mask"),
+    (exercises.check_span_mask_prediction, [0, 0.5, 1, 1], "rising"),
+    (exercises.check_span_mask_prediction, [1, 0.75, 0.25, 0], "[1.0, 0.5, 0.0, 0.0]"),
+    (exercises.check_span_mask_prediction, [1, 0.5, 0], "expected 4"),
+]
+
+
+@pytest.mark.parametrize("check,right", PREDICTIONS, ids=lambda f: getattr(f, "__name__", "value"))
+def test_right_predictions_pass_in_any_container(check, right, capsys):
+    for value in (right, np.asarray(right), torch.tensor(right), np.round(np.asarray(right), 1)):
+        assert check(value.tolist() if isinstance(value, np.ndarray) and value.ndim else value) is True
+    assert check(None) is None and check(...) is None  # the untouched cell
+    assert "right" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("check,wrong,says", WRONG_PREDICTIONS, ids=lambda x: getattr(x, "__name__", str(x)))
+def test_wrong_predictions_are_rejected_saying_what_differs(check, wrong, says, capsys):
+    assert check(wrong) is False
+    out = capsys.readouterr().out
+    assert "not yet:" in out and says in out
+
+
+def test_a_standard_error_with_either_divisor_passes():
+    """NumPy's std divides by n unless told ddof=1; the prose does not say which: both are right."""
+    for ddof in (0, 1):
+        assert exercises.check_paired_gain(
+            lambda a, b, ddof=ddof: (float((a - b).mean()), float((a - b).std(ddof=ddof) / math.sqrt(a.size)))) is True
+
+
 @pytest.mark.parametrize("check,answer", CHECKS, ids=lambda f: getattr(f, "__name__", "lambda"))
 def test_solutions_pass_their_checker(check, answer, capsys):
     assert check(answer) is True
@@ -95,7 +133,9 @@ def test_untouched_exercise_says_not_attempted_and_raises_nothing(check, capsys)
 
 def test_every_checker_has_a_solution_and_a_wrong_answer():
     checkers = {getattr(exercises, n) for n in dir(exercises) if n.startswith("check_")}
-    assert checkers == {c for c, _ in CHECKS} == {c for c, _ in WRONG}
+    predictions = {c for c, _ in PREDICTIONS}
+    assert checkers == {c for c, _ in CHECKS} | predictions == {c for c, _ in WRONG} | predictions
+    assert predictions == {c for c, *_ in WRONG_PREDICTIONS}
 
 
 def test_rel_shift_solution_agrees_with_the_model_on_visible_entries():

@@ -16,7 +16,7 @@ import torch
 from txl_minimal.checkpoint import load_checkpoint
 from txl_minimal.data import Corpus, load_corpus
 from txl_minimal.model import TransformerXL
-from txl_minimal.train import cpu_precision, TrainConfig, lr_at, main, preset, train
+from txl_minimal.train import cpu_precision, TrainConfig, lr_at, main, preset, train, training_loss
 
 from tiny import ROOT, synthetic_corpus, tiny_cfg, tiny_train_cfg
 
@@ -138,6 +138,31 @@ def test_training_learns_a_repeated_string(tmp_path):
     res = train(cfg, tiny_train_cfg(tmp_path, batch_size=8, lr=5e-3, warmup_steps=10, max_steps=100,
                                    eval_interval=100, eval_tokens=None), corpus, progress=False)
     assert res.valid_bpc < 1.0  # 4.75 bpc at the start; the string is 44 characters long
+
+
+def test_half_loss_trains_only_the_later_half_of_each_segment():
+    """loss_positions="half" (the paper's Table 6 "half loss"): the first T // 2 targets get no gradient."""
+    torch.manual_seed(0)
+    model = TransformerXL(tiny_cfg(dropout=0.0, dropatt=0.0, attn_type="abs", mem_len=0, tgt_len=8))
+    x = torch.randint(0, 27, (2, 8))
+    y = torch.randint(0, 27, (2, 8))
+
+    def grads(targets, positions):
+        model.zero_grad()
+        training_loss(model(x, None, targets=targets), positions).backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+    early, late = y.clone(), y.clone()
+    early[:, :4] = (y[:, :4] + 1) % 27   # other targets in the first half
+    late[:, 4:] = (y[:, 4:] + 1) % 27    # ... or in the second
+    half = grads(y, "half")
+    assert torch.equal(half, grads(early, "half"))
+    assert not torch.allclose(half, grads(late, "half"))
+    assert not torch.allclose(grads(y, "full"), grads(early, "full"))
+    out = model(x, None, targets=y)
+    assert torch.allclose(training_loss(out, "half"), out.nll[:, 4:].mean())
+    with pytest.raises(ValueError, match="loss_positions must be one of"):
+        TrainConfig(loss_positions="quarter")
 
 
 def test_bf16_autocast_on_cpu(tmp_path):

@@ -50,7 +50,7 @@ from txl_minimal.checkpoint import (ConfigMismatch, attach_vocab, describe_vocab
                                     save_checkpoint, set_rng_state, vocab_entry)
 from txl_minimal.data import CORPORA, Corpus, CorpusError, LMOrderedIterator, load_corpus
 from txl_minimal.evaluate import evaluate
-from txl_minimal.model import TransformerXL, TXLConfig
+from txl_minimal.model import TransformerXL, TXLConfig, TXLOutput
 from txl_minimal.utils import (LN2, NO_SPACE, WriteError, atomic_write, bf16_speedup, check_device, default_device,
                                int_at_least, remove_leftovers, score_name, score_of, seed_everything,
                                terminal_progress, write_problem)
@@ -60,7 +60,7 @@ CSV_COLUMNS = ("step", "tokens", "wall_time_s", "lr", "train_loss", "train_bpc",
 RUN_FILES = ("ckpt.pt", "log.csv")  # what a run writes in its --out directory
 LOCK = "train.lock"  # OUT/train.lock: the pid, host and start of the training writing there
 CHOICES = dict(corpus=CORPORA, amp=("auto", "bf16", "fp16", "off"), attention=("auto", "fast", "explicit"),
-               adam=("auto", "fused", "foreach", "for-loop"))
+               adam=("auto", "fused", "foreach", "for-loop"), loss_positions=("full", "half"))
 COMPILE_MODES = ("auto", "reduce-overhead")  # TrainConfig.compile besides True and False
 
 
@@ -75,6 +75,10 @@ class TrainConfig:
     warmup_steps: int = 200
     max_steps: int = 5000
     grad_clip: float = 0.25  # the paper's value
+    # "full": every target of the segment is trained; "half": only its later half, each target with at
+    # least tgt_len // 2 tokens of context (the paper's "half loss", Table 6: it found absolute
+    # encodings work only with it)
+    loss_positions: str = "full"
     eval_interval: int = 500
     eval_tokens: Optional[int] = 32768  # valid prefix scored at each evaluation (None: all)
     eval_batch_size: int = 8
@@ -675,6 +679,17 @@ def _valid_bpc(model: TransformerXL, valid, cfg: TrainConfig, autocast: contextl
                         cfg.eval_clamp_len, cfg.eval_same_length, cfg.eval_tokens)["bpc"]
 
 
+def training_loss(out: TXLOutput, loss_positions: str = "full", adaptive_span: bool = False) -> torch.Tensor:
+    """What a step minimises: ``out.loss`` ("full"), or with "half" the mean NLL of the segment's
+    later half (positions T // 2 .. T - 1), plus the span penalty if the model has adaptive spans."""
+    if loss_positions == "full":
+        return out.loss
+    kept = out.nll[:, out.nll.size(1) // 2:].mean()
+    if adaptive_span:  # out.loss = the mean NLL + the penalty: keep the penalty
+        kept = kept + (out.loss - out.nll.mean())
+    return kept
+
+
 def _mean_loss(losses: list[float], world: int, device: torch.device) -> float:
     """Mean NLL since the last log row, over the whole batch (every rank's columns)."""
     mean = torch.tensor(sum(losses) / len(losses), dtype=torch.float64, device=device)
@@ -1034,7 +1049,7 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
         with autocast:
             out = model(x, mems, targets=y)
         mems = out.mems  # the memory carried to the next segment (detached by the model)
-        scaler.scale(out.loss).backward()
+        scaler.scale(training_loss(out, cfg.loss_positions, model_cfg.adaptive_span)).backward()
         scaler.unscale_(opt)  # clip the true gradients
         torch.nn.utils.clip_grad_norm_(raw.parameters(), cfg.grad_clip)
         scaler.step(opt)

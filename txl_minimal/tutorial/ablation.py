@@ -1,12 +1,15 @@
 """The paper's ablation in miniature, and adaptive attention span: the experiment's
 definition and its results.
 
-Dai et al. (2019), Sec. 4.3 / Table 6, ask two questions at once: which positional
-encoding (the paper's relative one, Shaw et al.'s learned relative table, or the
-vanilla absolute sinusoids added to the input), and with or without segment-level
-recurrence (memory). Every combination (``variants``) is trained with the same size,
-data (text8-mini), number of steps and seed, and scored on the test split at the
-training context and at a longer one (``contexts``):
+Dai et al. (2019), Sec. 4.2 / Table 6, vary the positional encoding (the paper's
+relative one, Shaw et al.'s learned relative table, the absolute ones of Vaswani et al. and
+Al-Rfou et al.), segment-level recurrence (memory) and the loss ("full": every position of
+the segment; "half": its later half); the absolute encodings appear there without memory
+and with the half loss only. Here every encoding (the paper's, Shaw's, absolute sinusoids
+added to the input) is trained with and without memory, all with the full loss, plus the
+absolute one without memory and with the half loss (``variants``); same size, data
+(text8-mini), number of steps and seeds. Each is scored on the test split at the training
+context and at a longer one (``contexts``):
 
   with memory     the training segment (tgt_len) with LONG_FACTOR x the memory
   without memory  one segment LONG_FACTOR x longer, still without memory
@@ -33,9 +36,12 @@ NAME/log.csv per run); this module reads them (``load_results``, ``read_log``,
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
+
+import torch
 
 from txl_minimal.model import TransformerXL, TXLConfig
 from txl_minimal.train import TrainConfig
@@ -72,8 +78,9 @@ class Variant:
     name: str  # run directory and results key
     label: str  # for tables and plots
     overrides: dict  # TXLConfig fields on top of the base size
-    group: str = "encoding"  # "encoding" (the 3 x 2 table) or "span" (the adaptive-span pair)
+    group: str = "encoding"  # "encoding" (the 3 x 2 table), "abs_far", "half_loss" or "span" (the adaptive-span pair)
     notes: str = ""
+    train_overrides: dict = field(default_factory=dict)  # TrainConfig fields (loss_positions="half")
 
 
 def variants(span_loss_coeff: Optional[float] = None) -> list[Variant]:
@@ -89,6 +96,10 @@ def variants(span_loss_coeff: Optional[float] = None) -> list[Variant]:
     out.append(Variant("abs_far_mem", "abs + memory, farther positions", dict(attn_type="abs_far"), group="abs_far",
                        notes="the authors' attn_type 2: positions count back from the last key, so the "
                              "memory's are farther than the segment's (added to layer 0's memory)"))
+    out.append(Variant("abs_nomem_half", "abs, no memory, half loss", dict(attn_type="abs", mem_len=0),
+                       group="half_loss", train_overrides=dict(loss_positions="half"),
+                       notes="the paper's setting for absolute encodings (Table 6): trained on the later "
+                             "half of each segment only"))
     span = dict(SPAN_SETTINGS)
     if span_loss_coeff is not None:
         span["span_loss_coeff"] = span_loss_coeff
@@ -113,9 +124,11 @@ def contexts(cfg: TXLConfig) -> dict[str, dict]:
     return dict(train=train_ctx, long=long_ctx, long_desc=desc)
 
 
-def train_config(steps: int, out: str | Path, tiny: bool = False, seed: int = BASE_TRAIN["seed"]) -> TrainConfig:
-    """BASE_TRAIN for ``steps`` steps (warm-up and evaluation interval shrink for short runs)."""
-    kw = dict(BASE_TRAIN, max_steps=steps, out=str(out), device="cpu", seed=seed, amp="off",  # fp32
+def train_config(steps: int, out: str | Path, tiny: bool = False, seed: int = BASE_TRAIN["seed"],
+                 **overrides) -> TrainConfig:
+    """BASE_TRAIN for ``steps`` steps (warm-up and evaluation interval shrink for short runs);
+    ``overrides``: other TrainConfig fields (a variant's ``train_overrides``)."""
+    kw = dict(BASE_TRAIN, **overrides, max_steps=steps, out=str(out), device="cpu", seed=seed, amp="off",  # fp32
               warmup_steps=min(BASE_TRAIN["warmup_steps"], max(1, steps // 10)),
               eval_interval=min(BASE_TRAIN["eval_interval"], steps))
     if tiny:
@@ -130,6 +143,23 @@ def model_config(variant: Variant, tiny: bool = False) -> TXLConfig:
     if tiny and variant.group == "span":
         overrides.update(mem_len=3 * TINY_MODEL["tgt_len"], span_ramp=4)
     return TXLConfig(**{**(TINY_MODEL if tiny else BASE_MODEL), **overrides})
+
+
+@torch.no_grad()
+def later_half_bpc(model: TransformerXL, ids: torch.Tensor, tgt_len: int, batch_size: int = 256) -> float:
+    """bpc of a model without memory on windows of ``tgt_len`` tokens that start every tgt_len // 2,
+    each scoring its later half: every target from position tgt_len // 2 + 1 on is scored once, with
+    tgt_len // 2 + 1 to tgt_len tokens of context (what a "half loss" trained: no short contexts)."""
+    half = tgt_len // 2
+    ids = torch.as_tensor(ids, dtype=torch.long)
+    windows = ids[: len(ids) - 1].unfold(0, tgt_len, half)           # (n, tgt_len) inputs
+    targets = ids[1:].unfold(0, tgt_len, half)
+    model.eval()
+    total, count = 0.0, 0
+    for s in range(0, windows.size(0), batch_size):
+        nll = model(windows[s:s + batch_size], None, targets=targets[s:s + batch_size]).nll[:, half:]
+        total, count = total + nll.double().sum().item(), count + nll.numel()
+    return total / count / math.log(2)
 
 
 def model_spans(model: TransformerXL) -> Optional[list[list[float]]]:

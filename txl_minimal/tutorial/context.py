@@ -24,6 +24,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from txl_minimal.data import as_ids
 from txl_minimal.evaluate import read_segments
@@ -105,14 +106,17 @@ def context_nll(model: TransformerXL, data, targets: Sequence[int], context: int
 
 
 def loss_vs_context(model: TransformerXL, data, contexts: Sequence[int], targets: Sequence[int],
-                    **kwargs) -> np.ndarray:
+                    progress: bool = False, **kwargs) -> np.ndarray:
     """``context_nll`` for every context: array (len(contexts), len(targets)) in nats.
 
     Row k, column j is the loss on target ``targets[j]`` with ``contexts[k]``
     characters of context: the same targets in every row, so rows compare directly.
-    ``kwargs`` go to ``context_nll`` (batch_size, seg_len, mem_len, clamp_len).
+    ``progress``: a bar over the contexts (tqdm, on stderr). ``kwargs`` go to
+    ``context_nll`` (batch_size, seg_len, mem_len, clamp_len).
     """
-    return np.stack([context_nll(model, data, targets, c, **kwargs) for c in contexts])
+    quiet = {} if progress else {"disable": True}  # progress: tqdm's default, so TQDM_DISABLE=1 still silences it
+    bar = tqdm(contexts, desc="contexts", leave=False, **quiet)
+    return np.stack([context_nll(model, data, targets, c, **kwargs) for c in bar])
 
 
 def extend_fixed_window(losses: np.ndarray, contexts: Sequence[int], all_contexts: Sequence[int]) -> np.ndarray:

@@ -88,6 +88,7 @@ def _visible(seen: torch.Tensor) -> Callable:
         if t.shape[-2:] != seen.shape:  # the wrong shape: compared whole, so the message says so
             return t
         return t.masked_fill(~seen, 0) if not t.dtype == torch.bool else t & seen
+    part.note = " (entries a query cannot see are set to 0 in both)"
     return part
 
 
@@ -125,11 +126,40 @@ def _check(name: str, answer: Optional[Callable], cases: Iterable[Case],
         except Exception as e:  # a result of the wrong kind (shape, type) cannot be viewed
             compared, right, why = got, False, f"{type(e).__name__}: {e}"
         if not right:
-            note = " (entries a query cannot see are set to 0 in both)" if own else ""
+            note = getattr(part, "note", "")
             print(f"{name}: not yet: {where}: {why}{note}.\n  expected {_show(part(want))}\n  got {_show(compared)}")
             return False
     print(f"{name}: right")
     return True
+
+
+def _check_prediction(name: str, got, want: float | list, rule: str, known: Iterable[tuple] = (),
+                      tol: float = 0.3) -> Optional[bool]:
+    """A predicted number (or list of numbers) against the right one, within ``tol``: prints "right" with
+    the rule, or what differs, naming the misreading when ``got`` matches one of ``known``
+    ((value, what it would mean) pairs)."""
+    if got is None or got is ...:
+        print(NOT_ATTEMPTED)
+        return None
+    try:
+        values = [float(v) for v in np.ravel(np.asarray(got, dtype=float))]
+    except (TypeError, ValueError):
+        print(f"{name}: not yet: write a number{'s' if isinstance(want, list) else ''}, got {got!r}")
+        return False
+    wants = want if isinstance(want, list) else [want]
+    if len(values) != len(wants):
+        print(f"{name}: not yet: {len(values)} value(s), expected {len(wants)}")
+        return False
+    if all(abs(v - w) <= tol for v, w in zip(values, wants)):
+        print(f"{name}: right: {rule}")
+        return True
+    for value, meaning in known:
+        mine = value if isinstance(value, list) else [value]
+        if len(mine) == len(values) and all(abs(v - m) <= tol for v, m in zip(values, mine)):
+            print(f"{name}: not yet: {got} is {meaning}. {rule}")
+            return False
+    print(f"{name}: not yet: you wrote {got}, the right value is {want}: {rule}")
+    return False
 
 
 def _tiny(seed: int = 0, **overrides) -> TransformerXL:
@@ -304,6 +334,23 @@ def check_mean_distance(answer: Optional[Callable]) -> Optional[bool]:
     return _check("check_mean_distance", answer, cases)
 
 
+def check_uniform_distance(prediction) -> Optional[bool]:
+    """05, exercise 1, the prediction: the mean distance (averaged over the L = 128 queries of a
+    segment read after a full memory of M = 512, future hidden, no same_length) of attention spread
+    evenly over every key a query sees; computed with ``mean_attention_distance``."""
+    M, L = 512, 128
+    seen = ~attention_mask(L, M, False, M)
+    uniform = seen.double() / seen.sum(-1, keepdim=True)
+    want = float(mean_attention_distance(uniform))
+    return _check_prediction("check_uniform_distance", prediction, want,
+                             f"Query i sees the M + i + 1 keys at distances 0 (itself) to M + i, so its mean "
+                             f"distance is (M + i) / 2; averaged over i = 0 .. {L - 1}: (M + (L - 1) / 2) / 2 = {want:g}",
+                             known=[((M - 1) / 2, "a query that sees only the last M keys (same_length=True)"),
+                                    ((M + L - 1) / 2, "every query seeing all M + L keys: the future is hidden"),
+                                    (want + 0.5, "distances counted from 1: the query itself is key 0 back"),
+                                    ((M + L - 1) / 2 / 2, "the mean over key positions, not distances")])
+
+
 def check_entropy(answer: Optional[Callable]) -> Optional[bool]:
     """``answer(attn)``: attn (..., qlen, klen) -> (...,) each query's entropy divided by the log of
     the number of keys it sees, averaged over the queries that see more than one key."""
@@ -322,13 +369,32 @@ def _losses(seed: int, n_models: int = 1) -> list[np.ndarray]:
 
 def check_paired_gain(answer: Optional[Callable]) -> Optional[bool]:
     """``answer(short, long)``: per-target losses of the same targets with a short and a longer
-    context -> (mean gain, its standard error) from the paired differences (``context.paired_gains``)."""
+    context -> (mean gain, its standard error) from the paired differences (``context.paired_gains``).
+    The standard deviation may divide by n - 1 (``paired_gains``) or by n (NumPy's default): with
+    hundreds of targets the two differ by a fraction of a percent, and both are right readings."""
     cases = []
     for seed in (0, 1, 2):
         (pair,) = _losses(seed)
         g, se = paired_gains(pair)
-        cases.append(((pair[0].copy(), pair[1].copy()), (float(g[0]), float(se[0])), f"seed {seed}"))
+        n = pair.shape[1]
+        want = (float(g[0]), float(se[0]))
+        cases.append(((pair[0].copy(), pair[1].copy()), want, f"seed {seed}",
+                      _either_ddof(want, float(se[0]) * math.sqrt((n - 1) / n))))
     return _check("check_paired_gain", answer, cases)
+
+
+def _either_ddof(want: tuple, se_ddof0: float) -> Callable:
+    """The view of a (gain, standard error) answer under which an error computed with ddof=0 counts
+    as the ddof=1 one (``want``); anything else is compared as it is."""
+    def part(x):
+        try:
+            g, se = x.tolist() if isinstance(x, (np.ndarray, torch.Tensor)) else x
+            if math.isclose(float(se), se_ddof0, rel_tol=1e-6) and not math.isclose(se_ddof0, want[1], rel_tol=1e-6):
+                return (g, want[1])
+        except (TypeError, ValueError):
+            pass
+        return x
+    return part
 
 
 def check_relative_gain(answer: Optional[Callable]) -> Optional[bool]:
@@ -351,6 +417,21 @@ def check_span_mask(answer: Optional[Callable]) -> Optional[bool]:
         dist, z = torch.arange(24.0).view(4, 6), torch.tensor(z)
         cases.append(((dist, z, ramp), span_mask(dist, z, ramp), f"z={z.tolist()}, R={ramp}"))
     return _check("check_span_mask", answer, cases)
+
+
+SPAN_PREDICTION = dict(z=20.0, ramp=16, dist=[10, 28, 36, 40])  # 07, exercise 1: the values to predict
+
+
+def check_span_mask_prediction(prediction) -> Optional[bool]:
+    """07, exercise 1, the prediction: m_z(x) for z = 20, R = 16 at x = 10, 28, 36, 40 (a list of
+    four numbers), computed with ``variants.span_mask``."""
+    z, ramp, dist = SPAN_PREDICTION["z"], SPAN_PREDICTION["ramp"], SPAN_PREDICTION["dist"]
+    want = [round(float(m), 6) for m in span_mask(torch.tensor(dist, dtype=torch.float64), torch.tensor([z]), ramp)[0]]
+    return _check_prediction("check_span_mask_prediction", prediction, want,
+                             f"The mask is 1 up to x = z = {z:g}, then (R + z - x) / R down to 0 at x = z + R = {z + ramp:g}: {want}",
+                             known=[([1.0, 0.0, 0.0, 0.0], "a hard mask at z: the ramp makes the fall linear over R"),
+                                    ([0.0, 0.5, 1.0, 1.0], "a mask rising with the distance: it falls")],
+                             tol=0.02)
 
 
 def check_span_memory(answer: Optional[Callable]) -> Optional[bool]:

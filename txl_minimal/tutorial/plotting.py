@@ -384,8 +384,8 @@ def plot_attention_by_distance(profiles: Mapping[str, object], seg_len: Optional
     """The paper's heads x distance map, one panel per (title, profile) item.
 
     A profile is (n_layer, n_head, D): the average attention a head puts on the key
-    d tokens back (``attention_maps.attention_by_distance``). Rows are "layer l / head h",
-    layers separated by white lines; ``seg_len`` marks the distance beyond which every
+    d tokens back (``attention_maps.attention_by_distance``). Rows are "L n H h": layer n counted
+    from 1 as in the paper (``model.layers[n - 1]``), head h from 0; layers separated by white lines; ``seg_len`` marks the distance beyond which every
     key is in the memory, ``train_dist`` the longest distance seen in training.
     ``scale="log"`` (default) spreads the small far-away weights over the colours;
     ``shared_scale`` gives all panels one colour scale, so they can be compared.
@@ -396,15 +396,17 @@ def plot_attention_by_distance(profiles: Mapping[str, object], seg_len: Optional
     rows = n_layer * n_head
     mats = {title: _np(prof).reshape(rows, -1) for title, prof in profiles.items()}
     everything = np.concatenate([m.ravel() for m in mats.values()])
-    fig, axes = plt.subplots(n, 1, figsize=(WIDTH, 0.9 + (0.2 if n == 1 else 0.15) * rows * n + 0.6 * (n - 1)),
-                             squeeze=False)
+    marks = seg_len is not None or train_dist is not None
+    legend_h = 0.45 if marks else 0.0  # inches below the panels for the legend: it covers no data
+    height = 0.9 + (0.2 if n == 1 else 0.15) * rows * n + 0.6 * (n - 1) + legend_h
+    fig, axes = plt.subplots(n, 1, figsize=(WIDTH, height), squeeze=False)
     for ax, (title, a) in zip(axes[:, 0], mats.items()):
         D = a.shape[1]
         heatmap(ax, a, title, xlabel="distance i - j to the key (characters)", ylabel="layer / head",
-                cmap="magma", cbar_label=f"mean attention ({scale} scale)",
+                cmap="magma", cbar_label=f"mean attention ({scale} scale{', shared' if shared_scale and n > 1 else ''})",
                 norm=_prob_norm(scale, everything if shared_scale else a),
                 extent=(-0.5, D - 0.5, rows - 0.5, -0.5))
-        ax.set_yticks(np.arange(rows), [f"L{l} H{h}" for l in range(n_layer) for h in range(n_head)],
+        ax.set_yticks(np.arange(rows), [f"L{l + 1} H{h}" for l in range(n_layer) for h in range(n_head)],
                       fontsize=SMALL)
         for b in range(1, n_layer):
             ax.axhline(b * n_head - 0.5, color="white", lw=1)
@@ -414,11 +416,12 @@ def plot_attention_by_distance(profiles: Mapping[str, object], seg_len: Optional
         if train_dist is not None:
             ax.axvline(train_dist + 0.5, color="lime", ls=":", lw=1.5,
                        label=f"d = {train_dist}: longest distance in training")
-        if seg_len is not None or train_dist is not None:
-            ax.legend(loc="lower right", fontsize=SMALL, framealpha=0.8)
+    if marks:
+        fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=SMALL,
+                   frameon=False)
     if suptitle:
         fig.suptitle(suptitle)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, legend_h / height, 1, 1))
     return fig
 
 
@@ -485,15 +488,17 @@ def plot_by_token(values: Mapping[str, object], labels: Sequence[str], ylabel: s
 def plot_token_pairs(mats: Mapping[str, object], labels: Sequence[str], suptitle: str,
                      cbar_label: str = "share of the query's attention") -> Figure:
     """Query token x key token heatmaps, one panel per (title, (V, V) matrix), e.g.
-    ``attention_maps.attention_by_token_pair``; NaN rows (rare tokens) grey."""
+    ``attention_maps.attention_by_token_pair``; NaN rows (rare tokens) grey. All panels share
+    one colour scale (0 to the largest value of any panel), so colours compare across panels."""
     n = len(mats)
     ncols = min(n, 2)  # two to a row: 27 x 27 cells need the room to show their letters
     nrows = -(-n // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(WIDTH, 4.6 * nrows), squeeze=False)
+    top = max(float(np.nanmax(_np(m))) for m in mats.values())
     for k, (ax, (title, m)) in enumerate(zip(axes.flat, mats.items())):
         a = _np(m)
         heatmap(ax, a, title, xlabel="key character", ylabel="query character" if k % ncols == 0 else "",
-                cmap="magma", cbar_label=cbar_label, vmin=0.0)
+                cmap="magma", cbar_label=f"{cbar_label} (one scale)", vmin=0.0, vmax=top)
         ticks = np.arange(len(labels))
         ax.set_xticks(ticks, list(labels), fontsize=SMALL, family="monospace")
         ax.set_yticks(ticks, list(labels), fontsize=SMALL, family="monospace")

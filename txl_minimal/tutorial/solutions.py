@@ -125,6 +125,11 @@ def param_count(cfg) -> int:
 
 # -- 05 · Attention over memory -----------------------------------------------------------
 
+# Exercise 1's prediction: query i (0 .. L-1) sees M + i + 1 keys, at distances 0 .. M + i, so even
+# attention has mean distance (M + i) / 2; the mean over i is (M + (L - 1) / 2) / 2 with M = 512, L = 128.
+UNIFORM_DISTANCE = (512 + (128 - 1) / 2) / 2  # 287.75
+
+
 def mean_distance(attn: torch.Tensor) -> torch.Tensor:
     """Key j is (klen - qlen + i) - j back from query i; weight by p_ij, sum over j, average over i."""
     qlen, klen = attn.shape[-2:]
@@ -160,6 +165,10 @@ def relative_gain(losses: dict, r: float) -> dict:
 
 
 # -- 07 · Ablations and adaptive span -----------------------------------------------------
+
+# Exercise 1's prediction, z = 20, R = 16: 1 up to x = 20; (16 + 20 - 28) / 16 = 0.5; 0 from x = 36 on.
+SPAN_MASK_PREDICTION = [1.0, 0.5, 0.0, 0.0]  # at x = 10, 28, 36, 40
+
 
 def span_mask(dist: torch.Tensor, z: torch.Tensor, ramp: int) -> torch.Tensor:
     """1 up to distance z, 0 beyond z + R, linear in between; one mask per head."""
