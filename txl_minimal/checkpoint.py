@@ -12,10 +12,16 @@ one written by ``save`` only the weights and the model config. Each also holds
 the checksum of everything else in it (``state_sha256``): a resume uses the optimiser, schedule,
 memory, RNG state and step counters too, so a flipped bit anywhere is refused. Shipped files are
 also checked against pretrained/MANIFEST.json (size and SHA-256 of the file) before loading.
+
+A path ending in ``.safetensors`` (the shipped models, or ``save(model, "mine.safetensors")``)
+holds the same entries without pickle: the weights as tensors, every other entry as JSON text
+in the file's metadata (safetensors_io.py); a training checkpoint, with its optimiser state,
+stays a ``.pt``.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import warnings
 from pathlib import Path
@@ -25,6 +31,7 @@ import numpy as np
 import torch
 
 from txl_minimal.model import TransformerXL, TXLConfig
+from txl_minimal.safetensors_io import load_file, save_file
 from txl_minimal.utils import atomic_write, check_shipped, non_finite
 
 PRETRAINED_DIR = Path(__file__).resolve().with_name("pretrained")  # the models shipped with the package
@@ -32,6 +39,7 @@ NAMES = ("txl", "vanilla", "txl-tiny", "vanilla-tiny")  # see pretrained.py
 CHECKSUM = "model_sha256"  # the entry holding weights_sha256(checkpoint["model"])
 STATE_CHECKSUM = "state_sha256"  # the entry holding state_sha256(checkpoint): every other entry
 FORMAT = 2  # 2: with STATE_CHECKSUM, which a format-2 file must hold
+SAFETENSORS = ".safetensors"  # a checkpoint path with this suffix is written and read without pickle
 DAMAGED_FIX = ("Fix: use an intact copy (a shipped model: git checkout txl_minimal/pretrained, or reinstall "
                "the package) or train it again; for a bare state_dict, save the model with "
                "txl_minimal.save(model, path).")
@@ -91,12 +99,39 @@ def save_checkpoint(state: dict, path: str | Path) -> None:
     if "model" in state:
         state[CHECKSUM] = weights_sha256(state["model"])
     state[STATE_CHECKSUM] = state_sha256(state)
-    atomic_write(path, lambda f: torch.save(state, f))
+    if Path(path).suffix == SAFETENSORS:
+        _save_safetensors(state, path)
+    else:
+        atomic_write(path, lambda f: torch.save(state, f))
+
+
+def _save_safetensors(state: dict, path: str | Path) -> None:
+    """``state["model"]`` as safetensors tensors, every other entry as JSON text in its metadata."""
+    if "model" not in state:
+        raise ValueError(f"cannot save {path} as safetensors: no 'model' entry (the weights)")
+    metadata = {}
+    for key, value in state.items():
+        if key == "model":
+            continue
+        try:
+            metadata[key] = json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"cannot save {path} as safetensors: its entry {key!r} is not plain JSON ({e}). "
+                             "Fix: save a training checkpoint (optimiser, memory, RNG state) as a .pt "
+                             "file; safetensors holds weights, configs and numbers.") from None
+    save_file(state["model"], path, metadata)
+
+
+def _load_safetensors(path: str | Path, map_location: str | torch.device) -> dict:
+    """What ``_save_safetensors`` wrote: its metadata's JSON values and the weights as "model"."""
+    tensors, metadata = load_file(path, map_location)
+    return {**{key: json.loads(text) for key, text in metadata.items()}, "model": tensors}
 
 
 def save(model: torch.nn.Module, path: str | Path) -> None:
     """Save a model, e.g. one trained in your own loop: its config and weights (with their
-    checksum), the format of every checkpoint here. ``load(path)`` gives it back;
+    checksum), the format of every checkpoint here; a PATH ending in .safetensors is written
+    without pickle, readable by other tools. ``load(path)`` gives it back;
     ``python -m txl_minimal.evaluate PATH --corpus text8-mini`` scores it."""
     model = unwrap(model)
     weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
@@ -104,7 +139,7 @@ def save(model: torch.nn.Module, path: str | Path) -> None:
 
 
 def load(path: str | Path, device: str | torch.device = "cpu") -> TransformerXL:
-    """The model in a checkpoint (``save``, a run's ckpt.pt, a shipped .pt), in eval mode."""
+    """The model in a checkpoint (``save``, a run's ckpt.pt, a shipped .safetensors), in eval mode."""
     return model_from_checkpoint(load_checkpoint(path, map_location=device), device)
 
 
@@ -127,14 +162,16 @@ def load_checkpoint(path: str | Path, model_cfg: Optional[TXLConfig] = None,
         raise FileNotFoundError(f"no checkpoint at {path}. Fix: check the path (--out, or the "
                                 "checkpoint evaluated), or drop --resume to start afresh.")
     check_shipped(path)  # a shipped model: its size and SHA-256 against pretrained/MANIFEST.json
+    safetensors = Path(path).suffix == SAFETENSORS
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+        ckpt = (_load_safetensors(path, map_location) if safetensors else
+                torch.load(path, map_location=map_location, weights_only=True))
     except PermissionError:
         raise
     except Exception as e:  # damaged bytes fail anywhere in the unpickler (EOFError, UnpicklingError,
         # UnicodeDecodeError, IndexError, KeyError, ...); torch's words point at its internals
-        problem = (f"{Path(path).stat().st_size:,} bytes; torch.load: {type(e).__name__} "
-                   f"{str(e).split('. ')[0]}".rstrip())
+        problem = (f"{Path(path).stat().st_size:,} bytes; {'safetensors' if safetensors else 'torch.load'}: "
+                   f"{type(e).__name__} {str(e).split('. ')[0]}".rstrip())
     else:
         problem = _damage(ckpt, path)
     if problem:  # from None: torch's message would advise weights_only=False, unsafe here
@@ -177,7 +214,7 @@ def _non_finite(weights: dict, what: str) -> Optional[str]:
 
 
 def model_from_checkpoint(ckpt: dict, device: str | torch.device = "cpu") -> TransformerXL:
-    """The TransformerXL a loaded checkpoint (or shipped .pt) describes, in eval mode."""
+    """The TransformerXL a loaded checkpoint (or shipped .safetensors) describes, in eval mode."""
     model = TransformerXL(TXLConfig(**ckpt["model_config"])).to(device)
     model.load_state_dict(ckpt["model"])
     return model.eval()
@@ -249,7 +286,7 @@ def _check_ties(model: TransformerXL, sd: dict[str, torch.Tensor]) -> None:
 def checkpoint_file(target: str | Path) -> Path:
     """A shipped name (txl | vanilla), a run directory (its ckpt.pt) or a checkpoint file."""
     if str(target) in NAMES:  # a run directory of that name needs ./ in front
-        return PRETRAINED_DIR / f"{target}.pt"
+        return PRETRAINED_DIR / f"{target}{SAFETENSORS}"
     path = Path(target)
     path = path / "ckpt.pt" if path.is_dir() else path
     if not path.is_file():

@@ -18,7 +18,9 @@ They were made with (bf16 autocast: 1.9x faster than fp32 on the CPU they were t
 d_model 128, segments of 64, fp32), which the notebooks read. ``--ship`` copies a run
 into the package and recomputes NAME.json; ``--update-json NAME`` only recomputes it
 (``python -m txl_minimal.evaluate NAME`` prints one evaluation and writes nothing).
-Every NAME.pt holds the checksum of its weights, which every load verifies.
+Every NAME.safetensors holds the weights (float32, as trained), the configs, step and wall time
+as JSON in its metadata, and the checksums that every load verifies; no pickle, so any
+safetensors reader opens it.
 """
 from __future__ import annotations
 
@@ -33,8 +35,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from txl_minimal.checkpoint import (CHECKSUM, NAMES, PRETRAINED_DIR, load_checkpoint, model_from_checkpoint,
-                                    save_checkpoint)
+from txl_minimal.checkpoint import (CHECKSUM, NAMES, PRETRAINED_DIR, SAFETENSORS, load_checkpoint,
+                                    model_from_checkpoint, save_checkpoint)
 from txl_minimal.data import CorpusError, load_corpus
 from txl_minimal.evaluate import evaluate, sliding_window_eval
 from txl_minimal.model import TransformerXL
@@ -95,7 +97,7 @@ def _check_name(name: str) -> None:
 def load_pretrained(name: str = "txl", device: str | torch.device = "cpu") -> TransformerXL:
     """A shipped model, in eval mode, from the package files (no network)."""
     _check_name(name)
-    path = PRETRAINED_DIR / f"{name}.pt"
+    path = PRETRAINED_DIR / f"{name}{SAFETENSORS}"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing. Fix: reinstall the package, or rebuild it with "
                                 f"python -m txl_minimal.pretrained --ship RUN_DIR --name {name}")
@@ -108,7 +110,7 @@ def export_pretrained(run_dir: str | Path, name: str) -> Path:
     _check_name(name)
     run_dir = Path(run_dir)
     ckpt = load_checkpoint(run_dir / "ckpt.pt")
-    path = PRETRAINED_DIR / f"{name}.pt"
+    path = PRETRAINED_DIR / f"{name}{SAFETENSORS}"
     save_checkpoint(dict(format=1, model={k: v.float().cpu() for k, v in ckpt["model"].items()},
                          model_config=ckpt["model_config"], train_config=ckpt["train_config"],
                          step=ckpt["step"], wall_time_s=ckpt["wall_time_s"]), path)
@@ -122,9 +124,9 @@ def export_pretrained(run_dir: str | Path, name: str) -> Path:
 def evaluate_pretrained(name: str, splits: tuple[str, ...] = ("valid", "test"),
                         progress: bool = False, write: bool = True) -> dict:
     """Run EVALUATIONS[name] on text8-mini and (write=True) store them in NAME.json
-    (and give NAME.pt the checksum of its weights if it has none: the same weights)."""
+    (and give NAME.safetensors the checksum of its weights if it has none: the same weights)."""
     _check_name(name)
-    path = PRETRAINED_DIR / f"{name}.pt"
+    path = PRETRAINED_DIR / f"{name}{SAFETENSORS}"
     model = load_pretrained(name)
     ckpt = load_checkpoint(path)
     if write and CHECKSUM not in ckpt:  # a file shipped before checksums existed
