@@ -89,7 +89,7 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python scripts/long_range.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=STEPS)
-    p.add_argument("--out", type=Path, default=OUT, help="writes OUT/long_range.json and OUT/long_range/NAME.pt")
+    p.add_argument("--out", type=Path, default=OUT, help="writes OUT/long_range.json and OUT/long_range/NAME.safetensors")
     p.add_argument("--only", nargs="+", choices=list(RUNS), help="train only these (others kept from the JSON)")
     p.add_argument("--eval-tokens", type=int, default=200_000)
     args = p.parse_args()
@@ -110,7 +110,7 @@ def main() -> None:
         train_s = train_stream(model, train_tokens, args.steps, BATCH, TGT_LEN, LR, WARMUP)
         round_to_float16(model)  # every accuracy below is that of the float16 weights
         if name in KEEP:
-            save_recall_model(model, args.out / "long_range" / f"{name}.pt")
+            save_recall_model(model, args.out / "long_range" / f"{name}.safetensors")
         for row, res in scores(name, kind, model, stream).items():
             shape = {"mem_len": model.cfg.mem_len, "n_layer": model.cfg.n_layer} if kind != "lstm" else {}
             results["models"][row] = {"kind": kind, "trained": name, "seed": seed, **shape,

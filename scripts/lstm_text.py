@@ -1,4 +1,4 @@
-"""Train the LSTM baseline on text8-mini; write results/lstm_text/lstm.pt and lstm.json.
+"""Train the LSTM baseline on text8-mini; write results/lstm_text/lstm.safetensors and lstm.json.
 
     python scripts/lstm_text.py                   # the shipped model (a few minutes, 2 threads)
     python scripts/lstm_text.py --steps 20 --out /tmp/lstm   # smoke test
@@ -57,7 +57,7 @@ def main() -> None:
     print(f"LSTM: {model.num_params():,} parameters; {args.steps} steps of {BATCH} x {TGT_LEN}", flush=True)
     train_s = train_stream(model, corpus.train, args.steps, BATCH, TGT_LEN, LR, WARMUP)
     round_to_float16(model)
-    save_recall_model(model, args.out / "lstm.pt")
+    save_recall_model(model, args.out / "lstm.safetensors")
     result = {"corpus": corpus.name, "params": model.num_params(), "steps": args.steps, "batch_size": BATCH,
               "tgt_len": TGT_LEN, "lr": LR, "warmup_steps": WARMUP, "train_s": round(train_s, 1),
               "threads": args.threads, "torch": torch.__version__, "machine": platform.machine(),

@@ -53,7 +53,7 @@ def main() -> None:
             res = train(cfg, TrainConfig(max_steps=args.steps, eval_interval=args.steps, eval_tokens=4096,
                                          out=run, **TRAIN), corpus=corpus, progress=False)
         model = round_to_float16(res.model)
-        save_recall_model(model, args.out / f"{name}.pt")
+        save_recall_model(model, args.out / f"{name}.safetensors")
         scores = {split: round(evaluate(model, getattr(corpus, split), tgt_len=cfg.tgt_len)["ppl"], 2)
                   for split in ("valid", "test")}
         summary[name] = dict(config=cfg.to_dict(), params=sum(p.numel() for p in model.parameters()),

@@ -178,7 +178,7 @@ def shipped_copy(tmp_path, monkeypatch):
     evaluations cut to a few predictions (the real ones take minutes)."""
     folder = tmp_path / "pretrained"
     folder.mkdir()
-    for name in ("txl-tiny.pt", "txl-tiny.log.csv", "txl-tiny.json", MANIFEST):
+    for name in ("txl-tiny.safetensors", "txl-tiny.log.csv", "txl-tiny.json", MANIFEST):
         shutil.copy(pretrained.PRETRAINED_DIR / name, folder / name)
     manifest = json.loads((folder / MANIFEST).read_text())
     (folder / MANIFEST).write_text(json.dumps({k: v for k, v in manifest.items() if (folder / k).exists()}))
@@ -211,7 +211,7 @@ def test_a_failed_ship_changes_no_shipped_file(shipped_copy, char_run, tmp_path,
 
     shutil.copy(char_run / "log.csv", run / "log.csv")
     full_disk.append("txl-tiny.json")  # the third of four files cannot be written
-    with pytest.raises(WriteError, match="no space left.*txl-tiny.json.*none of txl-tiny.pt, txl-tiny.log.csv, "
+    with pytest.raises(WriteError, match="no space left.*txl-tiny.json.*none of txl-tiny.safetensors, txl-tiny.log.csv, "
                                          "txl-tiny.json, MANIFEST.json was changed"):
         pretrained.ship(run, "txl-tiny")
     assert snapshot(shipped_copy) == before  # the .pt and log staged before it were not renamed
@@ -219,7 +219,7 @@ def test_a_failed_ship_changes_no_shipped_file(shipped_copy, char_run, tmp_path,
     full_disk.clear()  # room on the disk again
     pretrained_main(["--ship", str(run), "--name", "txl-tiny", "--no-progress"])
     manifest = json.loads((shipped_copy / MANIFEST).read_text())
-    for name in ("txl-tiny.pt", "txl-tiny.log.csv", "txl-tiny.json"):
+    for name in ("txl-tiny.safetensors", "txl-tiny.log.csv", "txl-tiny.json"):
         assert manifest[name] == dict(bytes=(shipped_copy / name).stat().st_size,
                                       sha256=file_sha256(shipped_copy / name)), name
     assert pretrained.load_pretrained("txl-tiny").cfg.d_model == 16 and pretrained.pretrained_summary("txl-tiny")
@@ -475,7 +475,7 @@ def test_evaluate_on_a_device_this_machine_lacks(device, said, capsys):
     assert said in err and "Traceback" not in err and ("Fix" in err or device == "gpu")
     if device != "gpu":
         for call in (lambda: pretrained.load_pretrained("txl-tiny", device),
-                     lambda: load_checkpoint(pretrained.PRETRAINED_DIR / "txl-tiny.pt", map_location=device)):
+                     lambda: load_checkpoint(pretrained.PRETRAINED_DIR / "txl-tiny.safetensors", map_location=device)):
             with pytest.raises(ValueError, match="device") as e:  # not "checkpoint ... is corrupt"
                 call()
             assert "corrupt" not in str(e.value)

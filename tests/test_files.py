@@ -34,7 +34,7 @@ from txl_minimal.tutorial.ablation import load_results
 from txl_minimal.utils import MANIFEST, file_sha256, shipped_fix
 
 DAMAGES = ("truncated", "empty", "random bytes", "wrong content")
-SHIPPED = {ROOT / "txl_minimal" / "pretrained": ("*.pt", "*.json", "*.csv"), ROOT / "txl_minimal" / "corpus": ("*.gz",)}
+SHIPPED = {ROOT / "txl_minimal" / "pretrained": ("*.safetensors", "*.json", "*.csv"), ROOT / "txl_minimal" / "corpus": ("*.gz",)}
 TINY_SET = ["d_model=16", "d_head=8", "d_inner=32", "eval_tokens=64"]
 
 
@@ -69,8 +69,8 @@ def test_the_manifests_ship_with_the_package():
 
 
 def test_fix_for_a_shipped_file_names_git_checkout_and_reinstall():
-    fix = shipped_fix(pretrained.PRETRAINED_DIR / "txl-tiny.pt")
-    assert "git checkout -- txl_minimal/pretrained/txl-tiny.pt" in fix and "pip install --force-reinstall" in fix
+    fix = shipped_fix(pretrained.PRETRAINED_DIR / "txl-tiny.safetensors")
+    assert "git checkout -- txl_minimal/pretrained/txl-tiny.safetensors" in fix and "pip install --force-reinstall" in fix
 
 
 # 2. each kind of file, damaged four ways ----------------------------------------------------------
@@ -80,7 +80,7 @@ def shipped_copy(tmp_path, monkeypatch):
     """The shipped models' folder copied (txl-tiny, vanilla-tiny, the JSONs, the manifest) and used."""
     folder = tmp_path / "pretrained"
     folder.mkdir()
-    for name in ("txl-tiny.pt", "vanilla-tiny.pt", "txl-tiny.json", "table.json", MANIFEST):
+    for name in ("txl-tiny.safetensors", "vanilla-tiny.safetensors", "txl-tiny.json", "table.json", MANIFEST):
         shutil.copy(pretrained.PRETRAINED_DIR / name, folder / name)
     monkeypatch.setattr(pretrained, "PRETRAINED_DIR", folder)
     monkeypatch.setattr(checkpoint, "PRETRAINED_DIR", folder)
@@ -106,10 +106,10 @@ def test_shipped_corpus(tmp_path, how, manifest):
 
 @pytest.mark.parametrize("how", DAMAGES)
 def test_shipped_model(shipped_copy, capsys, how):
-    path = shipped_copy / "txl-tiny.pt"
-    damage(path, how, (shipped_copy / "vanilla-tiny.pt").read_bytes())
-    expected = {"truncated": "truncated: 1,728,776 bytes, shipped with 3,457,552", "empty": "empty: 0 bytes",
-                "random bytes": "wrong content: SHA-256", "wrong content": "truncated: 3,192,610 bytes"}[how]
+    path = shipped_copy / "txl-tiny.safetensors"
+    damage(path, how, (shipped_copy / "vanilla-tiny.safetensors").read_bytes())
+    expected = {"truncated": "truncated: 1,723,702 bytes, shipped with 3,447,404", "empty": "empty: 0 bytes",
+                "random bytes": "wrong content: SHA-256", "wrong content": "truncated: 3,183,692 bytes"}[how]
     with pytest.raises(ValueError, match=f"{re.escape(str(path))} is damaged \\({expected}.*reinstall"):
         pretrained.load_pretrained("txl-tiny")
     err = cli_error(evaluate_main, ["txl-tiny", "--max-predictions", "5", "--no-progress"], capsys)
@@ -483,13 +483,13 @@ def test_shipping_a_run_records_it_in_the_manifest(run_dir, tmp_path, monkeypatc
     monkeypatch.setattr(checkpoint, "PRETRAINED_DIR", tmp_path / "package")
     path = pretrained.export_pretrained(run_dir, "txl")
     manifest = json.loads((tmp_path / "package" / MANIFEST).read_text())
-    assert manifest["txl.pt"] == dict(bytes=path.stat().st_size, sha256=file_sha256(path))
-    assert set(manifest) == {"txl.pt", "txl.log.csv"}
+    assert manifest["txl.safetensors"] == dict(bytes=path.stat().st_size, sha256=file_sha256(path))
+    assert set(manifest) == {"txl.safetensors", "txl.log.csv"}
     assert pretrained.load_pretrained("txl").cfg.d_model == 16  # loads against its new entry
 
 
 def test_a_damaged_manifest_is_named(shipped_copy):
-    (shipped_copy / MANIFEST).write_text('{"txl-tiny.pt": {"bytes": 3')
+    (shipped_copy / MANIFEST).write_text('{"txl-tiny.safetensors": {"bytes": 3')
     with pytest.raises(ValueError, match=f"{re.escape(str(shipped_copy / MANIFEST))} is damaged.*not valid JSON"):
         pretrained.load_pretrained("txl-tiny")
 
@@ -498,15 +498,16 @@ def test_a_damaged_manifest_is_named(shipped_copy):
 def test_recall_model(tmp_path, how):
     """The long-range task's models that notebooks 03 and 06 load (results/long_range, results/lstm_text)."""
     from txl_minimal.tasks import load_recall_model
-    path = tmp_path / "xl.pt"
-    shutil.copy(ROOT / "results" / "long_range" / "xl.pt", path)
+    from txl_minimal.safetensors_io import load_file, save_file
+    path = tmp_path / "xl.safetensors"
+    shutil.copy(ROOT / "results" / "long_range" / "xl.safetensors", path)
     if how == "NaN weights":
-        state = torch.load(path, weights_only=True)
-        state["state_dict"]["out_bias"] = state["state_dict"]["out_bias"] * float("nan")
-        torch.save(state, path)
+        weights, metadata = load_file(path)
+        weights["out_bias"] = weights["out_bias"] * float("nan")
+        save_file(weights, path, metadata)
     else:
-        damage(path, how, (ROOT / "results" / "long_range" / "lstm.pt").read_bytes()[:-1])
+        damage(path, how, (ROOT / "results" / "long_range" / "lstm.safetensors").read_bytes()[:-1])
     expected = "NaN or inf in weights out_bias" if how == "NaN weights" else "not a recall model"
     with pytest.raises(ValueError, match=f"{re.escape(str(path))} is damaged.*{expected}.*Fix: git checkout"):
         load_recall_model(path)
-    assert load_recall_model(ROOT / "results" / "long_range" / "lstm.pt").training is False
+    assert load_recall_model(ROOT / "results" / "long_range" / "lstm.safetensors").training is False

@@ -25,11 +25,13 @@ ALLOWED = {
     "data": {"utils", "words"},  # generate_text calls model.generate without importing the model
     "variants": {"model"},
     "flops": {"model"},
-    "tasks": {"model", "utils"},  # the recall stream and its models
-    "checkpoint": {"model", "data", "utils"},
+    "safetensors_io": {"utils"},  # the shipped weights' format, without pickle
+    "tasks": {"model", "utils", "safetensors_io"},  # the recall stream and its models
+    "checkpoint": {"model", "data", "utils", "safetensors_io"},
     "evaluate": {"model", "data", "utils", "checkpoint", "validation", "fast"},  # checks once; compile
     "train": {"model", "data", "utils", "checkpoint", "evaluate", "validation", "fast"},  # --compile
     "pretrained": {"model", "data", "utils", "checkpoint", "evaluate"},
+    "doctor": {"utils", "data", "checkpoint", "train", "safetensors_io"},  # python -m txl_minimal.doctor
     # the notebooks' helpers
     "tutorial.context": {"model", "data", "utils", "evaluate"},
     "tutorial.analysis": {"model", "data", "utils", "evaluate"},

@@ -43,7 +43,7 @@ def test_pretrained_models_load_offline_and_predict_text8(name, capsys):
     assert evaluate(model, test, max_tokens=2000)["bpc"] < 2.5
     for ext in ("json", "log.csv"):
         assert (PRETRAINED_DIR / f"{name}.{ext}").exists()
-    assert (PRETRAINED_DIR / f"{name}.pt").stat().st_size < 20e6
+    assert (PRETRAINED_DIR / f"{name}.safetensors").stat().st_size < 20e6
     shipped = (PRETRAINED_DIR / f"{name}.json").read_bytes()
     main([name, "--split", "test", "--max-predictions", "2000", "--no-progress"])
     assert printed_bpc(capsys.readouterr().out) == pytest.approx(evaluate(model, test, max_tokens=2000)["bpc"],
@@ -62,7 +62,7 @@ def test_shipped_models_carry_the_checksum_of_their_weights():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "has no checksum" warning
         for name in SHIPPED:
-            ckpt = load_checkpoint(PRETRAINED_DIR / f"{name}.pt")
+            ckpt = load_checkpoint(PRETRAINED_DIR / f"{name}.safetensors")
             assert ckpt[CHECKSUM] == weights_sha256(load_pretrained(name).state_dict())
 
 

@@ -2,6 +2,7 @@
 and the readers that score models on it."""
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -10,6 +11,7 @@ import torch
 
 from tiny import TINY
 from txl_minimal.evaluate import read_segments
+from txl_minimal.safetensors_io import load_file
 from txl_minimal.tasks import (LSTMLM, RecallTask, bucket_labels, load_recall_model, recall_accuracy,
                                recall_correct, recall_stream, round_to_float16, save_recall_model,
                                stream_predictions, train_stream, window_predictions)
@@ -126,12 +128,27 @@ def test_recall_models_round_trip_through_float16_files(kind, tiny_model, tmp_pa
     else:
         model = tiny_model(vocab_size=TASK.vocab_size, attn_type=kind, dtype=torch.float32)
     round_to_float16(model)
-    save_recall_model(model, tmp_path / "m.pt")
-    back = load_recall_model(tmp_path / "m.pt")
+    save_recall_model(model, tmp_path / "m.safetensors")
+    back = load_recall_model(tmp_path / "m.safetensors")
     assert type(back) is type(model) and not back.training
     for k, v in model.state_dict().items():
         assert torch.equal(back.state_dict()[k], v)  # rounding first: nothing changes on the way
-    assert (tmp_path / "m.pt").stat().st_size < 0.6 * 4 * sum(p.numel() for p in model.parameters()) + 20_000
+    assert (tmp_path / "m.safetensors").stat().st_size < 0.6 * 4 * sum(p.numel() for p in model.parameters()) + 20_000
+    weights, metadata = load_file(tmp_path / "m.safetensors")  # safetensors, not a torch zip of pickles
+    assert json.loads(metadata["kind"]) == kind and {w.dtype for w in weights.values()} == {torch.float16}
+    with pytest.raises(ValueError, match="name it NAME.safetensors"):
+        save_recall_model(model, tmp_path / "m.pt")
+
+
+def test_a_recall_model_saved_before_safetensors_still_loads(tiny_model, tmp_path):
+    """The scripts wrote {"kind", "config", "state_dict"} with torch.save until the results became
+    safetensors: such a .pt, e.g. from a reader's own run, loads (weights_only) to the same model."""
+    model = round_to_float16(tiny_model(vocab_size=TASK.vocab_size, dtype=torch.float32))
+    state = {"kind": "rel", "config": model.cfg.to_dict(), "state_dict": {k: v.half() for k, v in model.state_dict().items()}}
+    torch.save(state, tmp_path / "old.pt")
+    save_recall_model(model, tmp_path / "new.safetensors")
+    old, new = load_recall_model(tmp_path / "old.pt"), load_recall_model(tmp_path / "new.safetensors")
+    assert all(torch.equal(old.state_dict()[k], v) for k, v in new.state_dict().items())
 
 
 @pytest.mark.parametrize("kind", ["xl", "lstm"])

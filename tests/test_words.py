@@ -266,15 +266,15 @@ def test_a_tied_adaptive_model_is_stored_once_and_loads_back(tmp_path):
     torch.manual_seed(0)
     model = round_to_float16(TransformerXL(TXLConfig(vocab_size=300, n_layer=1, n_head=2, d_model=16, d_head=8,
                                                      d_inner=32, tgt_len=8, mem_len=8, cutoffs=[50, 100])).eval())
-    save_recall_model(model, tmp_path / "m.pt")
-    stored = torch.load(tmp_path / "m.pt", weights_only=True)["state_dict"]
+    from txl_minimal.safetensors_io import load_file, save_file
+    save_recall_model(model, tmp_path / "m.safetensors")
+    stored, metadata = load_file(tmp_path / "m.safetensors")
     assert "word_emb.emb_layers.0.weight" in stored and "crit.out_layers.0.weight" not in stored
-    back = load_recall_model(tmp_path / "m.pt")
+    back = load_recall_model(tmp_path / "m.safetensors")
     x = torch.randint(0, 300, (1, 8))
     assert torch.equal(back(x).logits, model(x).logits)
     assert back.crit.out_layers[0].weight is back.word_emb.emb_layers[0].weight  # tied again
-    state = torch.load(tmp_path / "m.pt", weights_only=True)
-    del state["state_dict"]["crit.out_layers.0.bias"]
-    torch.save(state, tmp_path / "bad.pt")
+    del stored["crit.out_layers.0.bias"]
+    save_file(stored, tmp_path / "bad.safetensors", metadata)
     with pytest.raises(ValueError, match=r"missing \['crit.out_layers.0.bias'\].*Fix"):
-        load_recall_model(tmp_path / "bad.pt")
+        load_recall_model(tmp_path / "bad.safetensors")

@@ -12,11 +12,17 @@ one written by ``save`` only the weights and the model config. Each also holds
 the checksum of everything else in it (``state_sha256``): a resume uses the optimiser, schedule,
 memory, RNG state and step counters too, so a flipped bit anywhere is refused. Shipped files are
 also checked against pretrained/MANIFEST.json (size and SHA-256 of the file) before loading.
+
+A path ending in ``.safetensors`` (the shipped models, or ``save(model, "mine.safetensors")``)
+holds the same entries without pickle: the weights as tensors, every other entry as JSON text
+in the file's metadata (safetensors_io.py); a training checkpoint, with its optimiser state,
+stays a ``.pt``.
 """
 from __future__ import annotations
 
 import hashlib
 import io
+import json
 import random
 import warnings
 from pathlib import Path
@@ -27,6 +33,7 @@ import torch
 
 from txl_minimal.data import VOCAB, WORD_CORPORA
 from txl_minimal.model import TransformerXL, TXLConfig
+from txl_minimal.safetensors_io import load_file, to_bytes
 from txl_minimal.utils import atomic_write, check_device, check_shipped, non_finite
 
 PRETRAINED_DIR = Path(__file__).resolve().with_name("pretrained")  # the models shipped with the package
@@ -34,6 +41,7 @@ NAMES = ("txl", "vanilla", "txl-tiny", "vanilla-tiny")  # see pretrained.py
 CHECKSUM = "model_sha256"  # the entry holding weights_sha256(checkpoint["model"])
 STATE_CHECKSUM = "state_sha256"  # the entry holding state_sha256(checkpoint): every other entry
 FORMAT = 2  # 2: with STATE_CHECKSUM, which a format-2 file must hold
+SAFETENSORS = ".safetensors"  # a checkpoint path with this suffix is written and read without pickle
 DAMAGED_FIX = ("Fix: use an intact copy (a shipped model: git checkout txl_minimal/pretrained, or reinstall "
                "the package) or train it again; for a bare state_dict, save the model with "
                "txl_minimal.save(model, path).")
@@ -95,23 +103,55 @@ def _with_checksums(state: dict) -> dict:
 
 
 def save_checkpoint(state: dict, path: str | Path) -> None:
-    """torch.save ``state`` atomically (a crash mid-write leaves the previous file intact),
-    with the checksums of its ``model`` weights and of everything in it, which
-    ``load_checkpoint`` verifies. A full disk is a ``utils.WriteError`` saying so."""
+    """Write ``state`` atomically (a crash mid-write leaves the previous file intact), with the
+    checksums of its ``model`` weights and of everything in it, which ``load_checkpoint`` verifies:
+    torch.save, or for a path ending in .safetensors the weights as tensors and every other entry as
+    JSON in the file's metadata (no pickle). A full disk is a ``utils.WriteError`` saying so."""
     state = _with_checksums(state)
-    atomic_write(path, lambda f: torch.save(state, f))
+    if Path(path).suffix == SAFETENSORS:
+        raw = _safetensors_bytes(state, path)
+        atomic_write(path, lambda f: f.write(raw))
+    else:
+        atomic_write(path, lambda f: torch.save(state, f))
 
 
-def checkpoint_bytes(state: dict) -> bytes:
-    """What ``save_checkpoint`` would write, as bytes (to write several files together)."""
+def _safetensors_bytes(state: dict, path: str | Path) -> bytes:
+    """``state["model"]`` as safetensors tensors, every other entry as JSON text in its metadata."""
+    if "model" not in state:
+        raise ValueError(f"cannot save {path} as safetensors: no 'model' entry (the weights)")
+    metadata = {}
+    for key, value in state.items():
+        if key == "model":
+            continue
+        try:
+            metadata[key] = json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"cannot save {path} as safetensors: its entry {key!r} is not plain JSON ({e}). "
+                             "Fix: save a training checkpoint (optimiser, memory, RNG state) as a .pt "
+                             "file; safetensors holds weights, configs and numbers.") from None
+    return to_bytes(state["model"], metadata)
+
+
+def _load_safetensors(path: str | Path, map_location: str | torch.device) -> dict:
+    """What ``_safetensors_bytes`` wrote: its metadata's JSON values and the weights as "model"."""
+    tensors, metadata = load_file(path, map_location)
+    return {**{key: json.loads(text) for key, text in metadata.items()}, "model": tensors}
+
+
+def checkpoint_bytes(state: dict, path: str | Path = "ckpt.pt") -> bytes:
+    """What ``save_checkpoint(state, path)`` would write, as bytes (to write several files together)."""
+    state = _with_checksums(state)
+    if Path(path).suffix == SAFETENSORS:
+        return _safetensors_bytes(state, path)
     buffer = io.BytesIO()
-    torch.save(_with_checksums(state), buffer)
+    torch.save(state, buffer)
     return buffer.getvalue()
 
 
 def save(model: torch.nn.Module, path: str | Path) -> None:
     """Save a model, e.g. one trained in your own loop: its config and weights (with their
-    checksum), the format of every checkpoint here. ``load(path)`` gives it back;
+    checksum), the format of every checkpoint here; a PATH ending in .safetensors is written
+    without pickle, readable by other tools. ``load(path)`` gives it back;
     ``python -m txl_minimal.evaluate PATH --corpus text8-mini`` scores it."""
     vocab = model_vocab(model)
     model = unwrap(model)
@@ -121,7 +161,7 @@ def save(model: torch.nn.Module, path: str | Path) -> None:
 
 
 def load(path: str | Path, device: str | torch.device = "cpu") -> TransformerXL:
-    """The model in a checkpoint (``save``, a run's ckpt.pt, a shipped .pt), in eval mode."""
+    """The model in a checkpoint (``save``, a run's ckpt.pt, a shipped .safetensors), in eval mode."""
     return model_from_checkpoint(load_checkpoint(path, map_location=device), device)
 
 
@@ -150,14 +190,16 @@ def load_checkpoint(path: str | Path, model_cfg: Optional[TXLConfig] = None,
     map_location = check_device(map_location, "device")  # not "corrupt" for a GPU this machine lacks
     _refuse_text(Path(path))
     check_shipped(path)  # a shipped model: its size and SHA-256 against pretrained/MANIFEST.json
+    safetensors = Path(path).suffix == SAFETENSORS
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+        ckpt = (_load_safetensors(path, map_location) if safetensors else
+                torch.load(path, map_location=map_location, weights_only=True))
     except PermissionError:
         raise
     except Exception as e:  # damaged bytes fail anywhere in the unpickler (EOFError, UnpicklingError,
         # UnicodeDecodeError, IndexError, KeyError, ...); torch's words point at its internals
-        problem = (f"{Path(path).stat().st_size:,} bytes; torch.load: {type(e).__name__} "
-                   f"{str(e).split('. ')[0]}".rstrip())
+        problem = (f"{Path(path).stat().st_size:,} bytes; {'safetensors' if safetensors else 'torch.load'}: "
+                   f"{type(e).__name__} {str(e).split('. ')[0]}".rstrip())
     else:
         problem = _damage(ckpt, path)
     if problem:  # from None: torch's message would advise weights_only=False, unsafe here
@@ -212,7 +254,7 @@ def _non_finite(weights: dict, what: str) -> Optional[str]:
 
 
 def model_from_checkpoint(ckpt: dict, device: str | torch.device = "cpu") -> TransformerXL:
-    """The TransformerXL a loaded checkpoint (or shipped .pt) describes, in eval mode, knowing its
+    """The TransformerXL a loaded checkpoint (or shipped .safetensors) describes, in eval mode, knowing its
     unit and vocabulary where the checkpoint tells (``checkpoint_vocab``; generate_text uses them)."""
     model = TransformerXL(TXLConfig(**ckpt["model_config"])).to(check_device(device, "device"))
     model.load_state_dict(ckpt["model"])
@@ -326,7 +368,7 @@ def _check_ties(model: TransformerXL, sd: dict[str, torch.Tensor]) -> None:
 def checkpoint_file(target: str | Path) -> Path:
     """A shipped name (txl | vanilla), a run directory (its ckpt.pt) or a checkpoint file."""
     if str(target) in NAMES:  # a run directory of that name needs ./ in front
-        return PRETRAINED_DIR / f"{target}.pt"
+        return PRETRAINED_DIR / f"{target}{SAFETENSORS}"
     path = Path(target)
     if path.is_dir() and not (path / "ckpt.pt").exists() and (path / "log.csv").exists():
         raise FileNotFoundError(f"{path} holds a run's log.csv but no ckpt.pt: the run stopped before its first "

@@ -19,7 +19,9 @@ d_model 128, segments of 64, fp32), which the notebooks read. ``--ship`` copies 
 into the package and recomputes NAME.json (all checked and computed first, then every file and
 the manifest written together: a failure changes none of them); ``--update-json NAME`` only recomputes it
 (``python -m txl_minimal.evaluate NAME`` prints one evaluation and writes nothing).
-Every NAME.pt holds the checksum of its weights, which every load verifies.
+Every NAME.safetensors holds the weights (float32, as trained), the configs, step and wall time
+as JSON in its metadata, and the checksums that every load verifies; no pickle, so any
+safetensors reader opens it.
 """
 from __future__ import annotations
 
@@ -35,8 +37,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from txl_minimal.checkpoint import (CHECKSUM, LOG_HEADER, NAMES, PRETRAINED_DIR, checkpoint_bytes, checkpoint_vocab,
-                                    describe_vocab, load_checkpoint, model_from_checkpoint)
+from txl_minimal.checkpoint import (CHECKSUM, LOG_HEADER, NAMES, PRETRAINED_DIR, SAFETENSORS, checkpoint_bytes,
+                                    checkpoint_vocab, describe_vocab, load_checkpoint, model_from_checkpoint)
 from txl_minimal.data import CorpusError, load_corpus
 from txl_minimal.evaluate import evaluate, sliding_window_eval
 from txl_minimal.model import TransformerXL
@@ -98,7 +100,7 @@ def _check_name(name: str) -> None:
 def load_pretrained(name: str = "txl", device: str | torch.device = "cpu") -> TransformerXL:
     """A shipped model, in eval mode, from the package files (no network)."""
     _check_name(name)
-    path = PRETRAINED_DIR / f"{name}.pt"
+    path = PRETRAINED_DIR / f"{name}{SAFETENSORS}"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing. Fix: reinstall the package, or rebuild it with "
                                 f"python -m txl_minimal.pretrained --ship RUN_DIR --name {name}")
@@ -141,8 +143,8 @@ def export_pretrained(run_dir: str | Path, name: str) -> Path:
     """Copy a run's weights + configs (no optimiser, with the weights' checksum) and its log
     into the package, with their manifest entries: all checked first, then written together."""
     state, log = _shipped_state(run_dir, name)
-    path = PRETRAINED_DIR / f"{name}.pt"
-    write_shipped({path: checkpoint_bytes(state), PRETRAINED_DIR / f"{name}.log.csv": log.encode()})
+    path = PRETRAINED_DIR / f"{name}{SAFETENSORS}"
+    write_shipped({path: checkpoint_bytes(state, path), PRETRAINED_DIR / f"{name}.log.csv": log.encode()})
     return path
 
 
@@ -152,9 +154,10 @@ def ship(run_dir: str | Path, name: str, progress: bool = False) -> dict:
     are written together (``utils.write_shipped``): a failure at any point leaves every shipped
     file and the manifest as they were."""
     state, log = _shipped_state(run_dir, name)
-    pt = checkpoint_bytes(state)
+    path = PRETRAINED_DIR / f"{name}{SAFETENSORS}"
+    weights = checkpoint_bytes(state, path)
     summary = _summary(name, model_from_checkpoint(state), state, ("valid", "test"), progress)
-    write_shipped({PRETRAINED_DIR / f"{name}.pt": pt, PRETRAINED_DIR / f"{name}.log.csv": log.encode(),
+    write_shipped({path: weights, PRETRAINED_DIR / f"{name}.log.csv": log.encode(),
                    PRETRAINED_DIR / f"{name}.json": _json_bytes(summary)})
     return summary
 
@@ -166,17 +169,17 @@ def _json_bytes(value: dict) -> bytes:
 def evaluate_pretrained(name: str, splits: tuple[str, ...] = ("valid", "test"),
                         progress: bool = False, write: bool = True) -> dict:
     """Run EVALUATIONS[name] on text8-mini and (write=True) store them in NAME.json
-    (and give NAME.pt the checksum of its weights if it has none: the same weights), together
+    (and give NAME.safetensors the checksum of its weights if it has none: the same weights), together
     with the manifest."""
     _check_name(name)
-    path = PRETRAINED_DIR / f"{name}.pt"
+    path = PRETRAINED_DIR / f"{name}{SAFETENSORS}"
     model = load_pretrained(name)
     ckpt = load_checkpoint(path)
     summary = _summary(name, model, ckpt, splits, progress)
     if write:
         files = {PRETRAINED_DIR / f"{name}.json": _json_bytes(summary)}
         if CHECKSUM not in ckpt:  # a file shipped before checksums existed
-            files = {path: checkpoint_bytes(ckpt), **files}
+            files = {path: checkpoint_bytes(ckpt, path), **files}
         write_shipped(files)
     return summary
 

@@ -24,6 +24,7 @@ vanilla model's best case).
 """
 from __future__ import annotations
 
+import json
 import math
 import time
 from contextlib import nullcontext
@@ -37,7 +38,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from txl_minimal.model import TransformerXL, TXLConfig, TXLOutput
-from txl_minimal.utils import atomic_write, non_finite
+from txl_minimal.safetensors_io import load_file, save_file
+from txl_minimal.utils import non_finite
 
 
 @dataclass(frozen=True)
@@ -156,14 +158,16 @@ def recall_accuracy(correct: np.ndarray, gap: np.ndarray, edges: Sequence[int]) 
 
 
 def save_recall_model(model: nn.Module, path: str | Path) -> None:
-    """Store ``model`` (a TransformerXL or an LSTMLM) with float16 weights: half the file.
+    """Store ``model`` (a TransformerXL or an LSTMLM) as NAME.safetensors with float16 weights
+    (half the file) and its kind and config as JSON text in the file's metadata: no pickle.
     Round it first with ``round_to_float16`` so that what is scored is what is stored."""
+    if Path(path).suffix != ".safetensors":
+        raise ValueError(f"{path}: a recall model is stored as safetensors; name it NAME.safetensors")
     kind = "lstm" if isinstance(model, LSTMLM) else model.cfg.attn_type
     config = {} if kind == "lstm" else model.cfg.to_dict()
     aliases = _tied_aliases(model)  # a tied weight (the adaptive softmax's) is stored once
     weights = {k: v.half() for k, v in model.state_dict().items() if k not in aliases}
-    state = {"kind": kind, "config": config, "state_dict": weights}
-    atomic_write(path, lambda f: torch.save(state, f))
+    save_file(weights, path, {"kind": json.dumps(kind), "config": json.dumps(config)})
 
 
 def _tied_aliases(model: nn.Module) -> set[str]:
@@ -186,15 +190,21 @@ def round_to_float16(model: nn.Module) -> nn.Module:
 
 
 def load_recall_model(path: str | Path) -> nn.Module:
-    """A model stored by ``scripts/long_range.py`` (float16 weights), as float32, in eval mode.
-    A damaged file (unreadable, not such a model, NaN weights) is one ValueError naming it."""
+    """A model stored by ``save_recall_model`` (scripts/long_range.py, lstm_text.py, word_level.py:
+    float16 weights), as float32, in eval mode; a .pt these scripts wrote before they wrote
+    safetensors loads too (weights_only). A damaged file (unreadable, not such a model, NaN
+    weights) is one ValueError naming it."""
     fix = (f"Fix: git checkout -- {path} (a shipped result), or train it again with the script that wrote it "
-           "(scripts/long_range.py, scripts/lstm_text.py).")
+           "(scripts/long_range.py, scripts/lstm_text.py, scripts/word_level.py).")
     if not Path(path).is_file():
         raise FileNotFoundError(f"no recall model at {path}. {fix}")
-    try:  # damaged bytes fail anywhere in torch.load; a wrong dict in the lines after it
-        state = torch.load(path, weights_only=True)
-        sd = state["state_dict"]
+    try:  # damaged bytes fail anywhere in the reader; a wrong dict in the lines after it
+        if Path(path).suffix == ".safetensors":
+            sd, metadata = load_file(path)
+            state = {"kind": json.loads(metadata["kind"]), "config": json.loads(metadata["config"])}
+        else:
+            state = torch.load(path, weights_only=True)
+            sd = state["state_dict"]
         if state["kind"] == "lstm":
             n_layer = sum(k.startswith("lstm.weight_ih_l") for k in sd)
             model = LSTMLM(sd["emb.weight"].size(0), sd["emb.weight"].size(1), sd["lstm.weight_hh_l0"].size(1), n_layer)
