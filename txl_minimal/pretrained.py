@@ -16,7 +16,9 @@ They were made with (bf16 autocast: 1.9x faster than fp32 on the CPU they were t
 
 "txl-tiny" and "vanilla-tiny" are the earlier, smaller pair (``cpu-small``: 4 layers,
 d_model 128, segments of 64, fp32), which the notebooks read. ``--ship`` copies a run
-into the package and recomputes NAME.json; ``--update-json NAME`` only recomputes it
+(its best.pt, the weights of its best periodic valid bpc; ``--last``: its ckpt.pt, the last
+state; a run without best.pt: ckpt.pt) into the package and recomputes NAME.json;
+``--update-json NAME`` only recomputes it
 (``python -m txl_minimal.evaluate NAME`` prints one evaluation and writes nothing).
 Every NAME.pt holds the checksum of its weights, which every load verifies.
 """
@@ -34,7 +36,7 @@ import numpy as np
 import torch
 
 from txl_minimal.checkpoint import (CHECKSUM, NAMES, PRETRAINED_DIR, load_checkpoint, model_from_checkpoint,
-                                    save_checkpoint)
+                                    run_checkpoint, save_checkpoint)
 from txl_minimal.data import CorpusError, load_corpus
 from txl_minimal.evaluate import evaluate, sliding_window_eval
 from txl_minimal.model import TransformerXL
@@ -102,12 +104,13 @@ def load_pretrained(name: str = "txl", device: str | torch.device = "cpu") -> Tr
     return model_from_checkpoint(load_checkpoint(path, map_location=device), device)
 
 
-def export_pretrained(run_dir: str | Path, name: str) -> Path:
+def export_pretrained(run_dir: str | Path, name: str, last: bool = False) -> Path:
     """Copy a run's weights + configs (no optimiser, with the weights' checksum) and its log
-    into the package."""
+    into the package: those of its best.pt (best periodic valid bpc), or with ``last`` (or
+    without a best.pt) of its ckpt.pt (``checkpoint.run_checkpoint``)."""
     _check_name(name)
     run_dir = Path(run_dir)
-    ckpt = load_checkpoint(run_dir / "ckpt.pt")
+    ckpt = load_checkpoint(run_checkpoint(run_dir, last))
     path = PRETRAINED_DIR / f"{name}.pt"
     save_checkpoint(dict(format=1, model={k: v.float().cpu() for k, v in ckpt["model"].items()},
                          model_config=ckpt["model_config"], train_config=ckpt["train_config"],
@@ -231,24 +234,30 @@ def main(argv: Optional[list[str]] = None) -> None:
     p = argparse.ArgumentParser(prog="python -m txl_minimal.pretrained", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--ship", metavar="RUN_DIR", help="export RUN_DIR/ckpt.pt and log.csv as the shipped "
-                      "model --name, then recompute NAME.json")
+    what.add_argument("--ship", metavar="RUN_DIR", help="export RUN_DIR/best.pt (the best validation state; "
+                      "--last or none: ckpt.pt) and log.csv as the shipped model --name, then recompute NAME.json")
     what.add_argument("--update-json", metavar="NAME", choices=NAMES, help="recompute the shipped NAME.json")
     what.add_argument("--table", action="store_true", help="the README's table of txl and vanilla, with "
                       "paired standard errors: print it and write pretrained/table.json")
     p.add_argument("--name", choices=NAMES, help="the shipped name for --ship")
+    p.add_argument("--last", action="store_true", help="--ship the run's last state, ckpt.pt, not its best.pt")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     if args.ship and not args.name:
         p.error("--ship needs --name txl or --name vanilla")
     if args.update_json and args.name:
         p.error("--name goes with --ship; --update-json names the model itself")
+    if args.last and not args.ship:
+        p.error("--last goes with --ship (which state of the run to ship)")
     if args.table:
         print(markdown_table(paired_table(progress=terminal_progress(not args.no_progress))))
         return
     try:
         if args.ship:
-            export_pretrained(args.ship, args.name)
+            source = run_checkpoint(args.ship, args.last)
+            print(f"shipping {source} as {args.name}: "
+                  + ("the last state" if source.name == "ckpt.pt" else "the best validation state (--last: ckpt.pt)"))
+            export_pretrained(args.ship, args.name, args.last)
         summary = evaluate_pretrained(args.name or args.update_json,
                                       progress=terminal_progress(not args.no_progress))
     except (ValueError, FileNotFoundError, CorpusError) as e:  # bad input: the message, no traceback
