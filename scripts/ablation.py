@@ -72,8 +72,9 @@ def run_variant(variant: Variant, steps: int, out_dir: Path, corpus: Corpus, tin
         ids = corpus.test if eval_tokens is None else corpus.test[: eval_tokens + 1]
         test["later_half"] = _round(later_half_bpc(model, ids, model_cfg.tgt_len))
     eval_s = time.perf_counter() - t1
-    if not keep_ckpt:
-        (run_dir / "ckpt.pt").unlink(missing_ok=True)
+    if not keep_ckpt:  # neither the last state nor the best one
+        for name in ("ckpt.pt", "best.pt"):
+            (run_dir / name).unlink(missing_ok=True)
     result = dict(
         label=variant.label, group=variant.group, notes=variant.notes,
         attn_type=model_cfg.attn_type, mem_len=model_cfg.mem_len, adaptive_span=model_cfg.adaptive_span,
@@ -188,7 +189,7 @@ def main(argv=None) -> None:
     p.add_argument("--span-loss-coeff", type=float, help="override the adaptive-span penalty lambda")
     p.add_argument("--seeds", type=int, default=3, help="train every variant with seeds 0..N-1 (default 3)")
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (numbers depend on it)")
-    p.add_argument("--keep-ckpt", action="store_true", help="keep each run's ckpt.pt")
+    p.add_argument("--keep-ckpt", action="store_true", help="keep each run's ckpt.pt and best.pt")
     p.add_argument("--progress", action="store_true", help="show a progress bar per run")
     args = p.parse_args(argv)
     eval_tokens = args.eval_tokens if args.eval_tokens is not None else (2048 if args.tiny else None)

@@ -69,7 +69,7 @@ def test_script_smoke_run_writes_well_formed_results(tmp_path, capsys):
             assert r["attn_flops_per_token"][ctx]["computed"] >= r["attn_flops_per_token"][ctx]["causal"] > 0
         rows = read_log(tmp_path / r["log"])
         assert rows[-1]["step"] == 3 and rows[-1]["valid_bpc"] is not None
-        assert not (tmp_path / name / "ckpt.pt").exists()  # the weights are not kept
+        assert not any((tmp_path / name / f).exists() for f in ("ckpt.pt", "best.pt"))  # the weights are not kept
     span = results["runs"]["rel_mem96_span"]
     cfg = span["model_config"]
     assert len(span["spans"]) == cfg["n_layer"] and all(len(row) == cfg["n_head"] for row in span["spans"])

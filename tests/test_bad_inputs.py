@@ -39,14 +39,15 @@ def test_training_into_a_used_out_dir_is_refused_before_anything_is_written(tmp_
     cfg = tiny_train_cfg(tmp_path, max_steps=2, eval_interval=2)
     train(tiny_cfg(), cfg, corpus, progress=False)
     before = snapshot(tmp_path)
-    with pytest.raises(FileExistsError, match=r"holds a run \(ckpt.pt, log.csv\).*--resume.*--overwrite"):
+    with pytest.raises(FileExistsError, match=r"holds a run \(ckpt.pt, log.csv, best.pt\).*--resume.*--overwrite"):
         train(tiny_cfg(), cfg, corpus, progress=False)
     assert snapshot(tmp_path) == before  # nothing lost
     err = cli_error(train_main, ["--out", str(tmp_path), "--max-steps", "2", "--no-progress"], capsys)
     assert "already holds a run" in err and "--overwrite" in err and "Traceback" not in err
     assert snapshot(tmp_path) == before
 
-    (tmp_path / "ckpt.pt").unlink()  # a log alone is a run too (scripts/ablation.py deletes the weights)
+    for name in ("ckpt.pt", "best.pt"):  # a log alone is a run too (scripts/ablation.py deletes the weights)
+        (tmp_path / name).unlink()
     with pytest.raises(FileExistsError, match=r"holds a run's log.csv but no ckpt.pt.*Fix: --overwrite"):
         train(tiny_cfg(), cfg, corpus, progress=False)
     with pytest.raises(ValueError, match="choose one"):
@@ -266,11 +267,13 @@ def test_float_ids_are_refused_and_generate_restores_the_mode(tiny_model):
 
 def test_orphan_checkpoint_temp_files_are_removed_by_the_next_run(tmp_path):
     tmp_path.joinpath("ckpt.pt.abc123.tmp").write_bytes(b"half a checkpoint")  # a write killed mid-way
+    tmp_path.joinpath("best.pt.abc124.tmp").write_bytes(b"half a best checkpoint")
     train(tiny_cfg(), tiny_train_cfg(tmp_path, max_steps=2, eval_interval=2), synthetic_corpus("abc def "),
           progress=False)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt", "log.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "ckpt.pt", "log.csv"]
     tmp_path.joinpath("ckpt.pt.def456.tmp").write_bytes(b"")
+    tmp_path.joinpath("best.pt.def457.tmp").write_bytes(b"")
     train(tiny_cfg(), tiny_train_cfg(tmp_path, max_steps=3, eval_interval=3), synthetic_corpus("abc def "),
           resume=True, progress=False)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt", "log.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "ckpt.pt", "log.csv"]
 

@@ -9,14 +9,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from txl_minimal.checkpoint import load_checkpoint, save_checkpoint
+from txl_minimal.checkpoint import load, load_checkpoint, save_checkpoint
 from txl_minimal.data import load_corpus
-from txl_minimal.evaluate import evaluate, main, sliding_window_eval
+from txl_minimal.evaluate import evaluate, evaluate_checkpoint, main, sliding_window_eval
 from txl_minimal.model import TransformerXL
 from txl_minimal.pretrained import main as pretrained_main
 from txl_minimal.train import main as train_main, train
 
-from tiny import printed_bpc, synthetic_corpus, tiny_cfg, tiny_train_cfg
+from tiny import overfitting_cfg, overfitting_corpus, printed_bpc, synthetic_corpus, tiny_cfg, tiny_train_cfg
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -76,6 +76,7 @@ def test_cli_evaluates_a_run_directory_or_checkpoint(tmp_path, capsys, monkeypat
     run = tmp_path / "run"
     train(tiny_cfg(), tiny_train_cfg(run, max_steps=2, eval_interval=2), synthetic_corpus("abc def "),
           progress=False)
+    (run / "best.pt").unlink()  # a run without one (made before best.pt existed) is scored by its ckpt.pt
     ckpt = load_checkpoint(run / "ckpt.pt")
     torch.manual_seed(1)  # big random weights, so the memory length changes the bpc (by ~0.1)
     weights = {k: v + torch.randn_like(v) if v.is_floating_point() else v for k, v in ckpt["model"].items()}
@@ -87,6 +88,7 @@ def test_cli_evaluates_a_run_directory_or_checkpoint(tmp_path, capsys, monkeypat
           "--max-predictions", "300", "--no-progress"])
     out = capsys.readouterr().out
     assert "over 300 predictions" in out and "mem_len=16" in out and "tgt_len=8" in out
+    assert f"{run}: scoring ckpt.pt, the last state (step 2; no best.pt)" in out
     expected = evaluate(model, test, batch_size=1, mem_len=16, max_tokens=300)["bpc"]
     assert printed_bpc(out) == pytest.approx(expected, abs=6e-5)
     # the training mem_len (8) would give another number: --mem-len really arrived
@@ -105,6 +107,33 @@ def test_cli_evaluates_a_run_directory_or_checkpoint(tmp_path, capsys, monkeypat
         assert exit_.value.code == 2 and re.search(message, capsys.readouterr().err)
 
 
+def test_a_run_directory_is_scored_by_its_best_checkpoint(tmp_path, capsys, monkeypatch):
+    """best.pt (step 8 of 16 here) unless --last; the output says which, and --last needs a directory."""
+    monkeypatch.delenv("TXL_CORPUS", raising=False)
+    corpus, run = overfitting_corpus(), tmp_path / "run"
+    res = train(tiny_cfg(), overfitting_cfg(run), corpus, progress=False)
+    assert res.best_step == 8
+    test = load_corpus("text8-mini").test
+    expected = {which: evaluate(load(run / f"{which}.pt"), test, max_tokens=200)["bpc"] for which in ("best", "ckpt")}
+    assert abs(expected["best"] - expected["ckpt"]) > 1e-3  # the two states score differently
+    argv = [str(run), "--corpus", "text8-mini", "--split", "test", "--max-predictions", "200", "--no-progress"]
+    main(argv)
+    out = capsys.readouterr().out
+    assert out.startswith(f"{run}: scoring best.pt, the state of its best periodic evaluation (step 8, valid bpc "
+                          f"{res.best_valid_bpc:.4f} in training); --last scores ckpt.pt, the last state\n")
+    assert f"{run / 'best.pt'} on text8-mini test" in out
+    assert printed_bpc(out) == pytest.approx(expected["best"], abs=6e-5)
+    main([*argv, "--last"])
+    out = capsys.readouterr().out
+    assert out.startswith(f"{run}: scoring ckpt.pt, the last state (step 16; --last)\n")
+    assert printed_bpc(out) == pytest.approx(expected["ckpt"], abs=6e-5)
+    r = evaluate_checkpoint(run, "test", "text8-mini", max_predictions=200)
+    assert (r["checkpoint"], r["step"], r["saved_valid_bpc"]) == (str(run / "best.pt"), 8, res.best_valid_bpc)
+    with pytest.raises(SystemExit):
+        main([str(run / "best.pt"), "--last", "--no-progress"])
+    assert "is not a run directory. Fix: drop --last" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("cli, argv, message", [
     (train_main, ["--eval-mem-len", "16"], "unrecognized arguments: --eval-mem-len"),  # python -m txl_minimal.train
     (train_main, ["--attn-type", "abs"], "unrecognized arguments: --attn-type"),  # now --set attn_type=abs
@@ -112,6 +141,7 @@ def test_cli_evaluates_a_run_directory_or_checkpoint(tmp_path, capsys, monkeypat
     (pretrained_main, ["--update-json", "runs/x"], "invalid choice"),  # only txl or vanilla
     (pretrained_main, ["--update-json", "txl", "--split", "test"], "unrecognized arguments: --split"),
     (pretrained_main, ["--ship", "runs/x"], "--ship needs --name"),
+    (pretrained_main, ["--update-json", "txl", "--last"], "--last goes with --ship"),
 ])
 def test_cli_rejects_evaluation_options_it_would_ignore(cli, argv, message, capsys):
     with pytest.raises(SystemExit):

@@ -212,7 +212,7 @@ def test_training_checkpoint(run_dir, tmp_path, capsys, how):
     expected = "does not match the SHA-256" if how == "wrong content" else "bytes; torch.load"
     with pytest.raises(ValueError, match=f"checkpoint {re.escape(str(path))} is corrupt or incomplete.*{expected}.*Fix"):
         load_checkpoint(path)
-    err = cli_error(evaluate_main, [str(out), "--corpus", "text8-mini", "--no-progress"], capsys)
+    err = cli_error(evaluate_main, [str(out), "--last", "--corpus", "text8-mini", "--no-progress"], capsys)
     assert "is corrupt or incomplete" in err and "Traceback" not in err
     before = path.read_bytes()
     with pytest.raises(ValueError, match="is corrupt or incomplete"):
@@ -331,7 +331,7 @@ def test_a_live_lock_refuses_and_a_dead_ones_is_taken_over(tmp_path, capsys):
     lock.write_text(json.dumps(dict(pid=dead.pid, host=os.uname().nodename, started="2026-11-24 21:00:00 UTC")))
     train(tiny_cfg(), cfg, corpus, progress=False)
     assert f"taking over the lock of pid {dead.pid}" in capsys.readouterr().err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt", "log.csv"]  # released at the end
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "ckpt.pt", "log.csv"]  # released at the end
 
 
 def cli(out: Path, *args: str) -> list[str]:

@@ -13,7 +13,7 @@ from txl_minimal.data import load_corpus
 from txl_minimal.evaluate import evaluate, main, sliding_window_eval
 from txl_minimal.train import train
 
-from tiny import printed_bpc, synthetic_corpus, tiny_cfg, tiny_train_cfg
+from tiny import overfitting_cfg, overfitting_corpus, printed_bpc, synthetic_corpus, tiny_cfg, tiny_train_cfg
 
 
 # ----------------------------------------------------------------------------- shipped models
@@ -87,3 +87,14 @@ def test_export_writes_the_checksum(tmp_path, monkeypatch):
         shipped = load_checkpoint(path)
     assert shipped[CHECKSUM] == weights_sha256(load_checkpoint(run / "ckpt.pt")["model"])
     assert "optimizer" not in shipped and (tmp_path / "package" / "txl.log.csv").exists()
+
+
+def test_export_ships_the_best_checkpoint_or_the_last_on_request(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    assert train(tiny_cfg(), overfitting_cfg(run), overfitting_corpus(), progress=False).best_step == 8
+    monkeypatch.setattr(pretrained, "PRETRAINED_DIR", tmp_path / "package")
+    for last, source in ((False, "best.pt"), (True, "ckpt.pt")):
+        shipped = load_checkpoint(pretrained.export_pretrained(run, "txl", last=last))
+        kept = load_checkpoint(run / source)
+        assert shipped[CHECKSUM] == kept[CHECKSUM] and shipped["step"] == kept["step"] == (16 if last else 8)
+        assert shipped["wall_time_s"] == kept["wall_time_s"]

@@ -13,12 +13,16 @@ from dataclasses import replace
 import pytest
 import torch
 
-from txl_minimal.checkpoint import load_checkpoint
-from txl_minimal.data import Corpus, load_corpus
-from txl_minimal.model import TransformerXL
-from txl_minimal.train import cpu_precision, TrainConfig, lr_at, main, preset, train, training_loss
+from types import SimpleNamespace
 
-from tiny import ROOT, synthetic_corpus, tiny_cfg, tiny_train_cfg
+from txl_minimal.checkpoint import load_checkpoint, weights_sha256
+from txl_minimal.data import Corpus, load_corpus
+from txl_minimal.evaluate import evaluate
+from txl_minimal.model import TransformerXL
+from txl_minimal.train import (PRESETS, RUN_FILES, cpu_precision, TrainConfig, lr_at, main, preset, sized_to_corpus,
+                               train, training_loss)
+
+from tiny import ROOT, overfitting_cfg, overfitting_corpus, synthetic_corpus, tiny_cfg, tiny_train_cfg
 
 
 # ----------------------------------------------------------------------------- schedule
@@ -241,3 +245,104 @@ def test_evaluation_lines_without_the_bar_and_no_bar_in_a_log_file(tmp_path, cap
         assert "\r" not in err
     train(tiny_cfg(), tiny_train_cfg(tmp_path / "quiet", max_steps=4), synthetic_corpus("abc def "), progress=False)
     assert capfd.readouterr() == ("", "")  # the library call stays silent (the notebooks use it)
+
+
+# ----------------------------------------------------------------------------- best.pt
+
+def periodic_valid(out) -> dict[int, float]:
+    return {int(r["step"]): float(r["valid_bpc"]) for r in csv.DictReader(open(out / "log.csv")) if r["valid_bpc"]}
+
+
+def test_best_checkpoint_holds_the_lowest_periodic_valid_bpc(tmp_path):
+    corpus = overfitting_corpus()
+    res = train(tiny_cfg(), overfitting_cfg(tmp_path / "run"), corpus, progress=False)
+    valid = periodic_valid(tmp_path / "run")
+    best_step = min(valid, key=valid.get)
+    assert list(valid) == [4, 8, 12, 16] and best_step < 16  # the premise: valid bpc rose after its best
+    best = load_checkpoint(tmp_path / "run" / "best.pt")
+    assert (best["step"], res.best_step) == (best_step, best_step)
+    assert best["valid_bpc"] == res.best_valid_bpc == pytest.approx(valid[best_step], abs=1e-5)
+    assert res.score("best") == ("bpc", res.best_valid_bpc) and res.best_valid_bpc < res.valid_bpc
+    assert load_checkpoint(tmp_path / "run" / "ckpt.pt")["best"] == dict(step=best_step, valid_bpc=best["valid_bpc"])
+    # the weights are those of that step: a run stopped there holds the same ones as its last state
+    stopped = train(tiny_cfg(), overfitting_cfg(tmp_path / "stopped"), corpus, stop_at=best_step, progress=False)
+    assert weights_sha256(best["model"]) == weights_sha256(stopped.model.state_dict())
+    assert weights_sha256(best["model"]) != weights_sha256(res.model.state_dict())  # not the last state
+    model = res.best_model()
+    assert weights_sha256(model.state_dict()) == weights_sha256(best["model"]) and not model.training
+    cfg = overfitting_cfg(tmp_path)  # the periodic evaluation's settings give its bpc back
+    again = evaluate(model, corpus.valid, cfg.eval_batch_size, max_tokens=cfg.eval_tokens)["bpc"]
+    assert again == pytest.approx(best["valid_bpc"], rel=1e-6)
+    assert best["train_config"]["corpus"] == "synthetic" and "optimizer" not in best
+
+
+def test_best_checkpoint_survives_a_resume_bit_exactly(tmp_path):
+    """Stopped after its best periodic step (8) and resumed, a run must end with the best.pt of an
+    uninterrupted one: the best so far is kept in ckpt.pt (without it step 12, 4.68, would replace
+    step 8's 4.63), and stop_at's extra evaluation does not compete (step 9 scores 4.62, lower)."""
+    corpus = overfitting_corpus()
+    straight = train(tiny_cfg(), overfitting_cfg(tmp_path / "a"), corpus, progress=False)
+    first = train(tiny_cfg(), overfitting_cfg(tmp_path / "b"), corpus, stop_at=9, progress=False)
+    assert first.valid_bpc < straight.best_valid_bpc  # the premise: the extra evaluation is lower
+    assert first.best_step == straight.best_step == 8
+    resumed = train(tiny_cfg(), overfitting_cfg(tmp_path / "b"), corpus, resume=True, progress=False)
+    a, b = load_checkpoint(tmp_path / "a" / "best.pt"), load_checkpoint(tmp_path / "b" / "best.pt")
+    assert (a["step"], a["valid_bpc"]) == (b["step"], b["valid_bpc"]) == (8, straight.best_valid_bpc)
+    assert weights_sha256(a["model"]) == weights_sha256(b["model"])
+    assert (resumed.best_step, resumed.best_valid_bpc) == (8, straight.best_valid_bpc)
+    done = train(tiny_cfg(), overfitting_cfg(tmp_path / "b"), corpus, resume=True, progress=False)
+    assert done.complete and (done.best_step, done.best_valid_bpc) == (8, straight.best_valid_bpc)
+
+
+def test_best_checkpoint_is_part_of_the_run_in_out(tmp_path):
+    """best.pt alone is a run (refused without --resume/--overwrite); --overwrite removes it, so
+    a new run that has not evaluated yet leaves no best.pt of the old one behind."""
+    assert "best.pt" in RUN_FILES
+    corpus, out = overfitting_corpus(), tmp_path / "run"
+    train(tiny_cfg(), overfitting_cfg(out), corpus, progress=False)
+    for name in ("ckpt.pt", "log.csv"):
+        (out / name).unlink()
+    with pytest.raises(FileExistsError, match=r"holds a run \(best.pt\)"):
+        train(tiny_cfg(), overfitting_cfg(out), corpus, progress=False)
+    res = train(tiny_cfg(), overfitting_cfg(out), corpus, stop_at=3, overwrite=True, progress=False)
+    assert sorted(p.name for p in out.iterdir()) == ["ckpt.pt", "log.csv"]  # no periodic evaluation yet
+    assert res.best_step == 0 and math.isnan(res.best_valid_bpc)
+    with pytest.raises(FileNotFoundError, match="no .*best.pt.*Fix: use result.model"):
+        res.best_model()
+
+
+# ----------------------------------------------------------------------------- a preset on a smaller corpus
+
+def test_a_preset_on_a_smaller_corpus_than_its_own_is_shortened():
+    mini = load_corpus("text8-mini")
+    model_cfg, cfg = preset("gpu-small", corpus="text8-mini")
+    sized, note = sized_to_corpus("gpu-small", model_cfg, cfg, mini)
+    assert sized.max_steps == 8000 and sized == TrainConfig(**{**vars(cfg), "max_steps": 8000})
+    assert note.startswith("gpu-small on text8-mini, not text8: its 20,000 steps of 32 x 256 would read the "
+                           "2,759,702 training characters 59.4 times; shortened to max_steps 8,000 (23.7 passes")
+    text8 = SimpleNamespace(name="text8", train=range(90_000_000), unit="character")  # its length alone
+    assert sized_to_corpus("gpu-small", model_cfg, cfg, text8) == (cfg, None)  # its own corpus: as it is
+    for name in ("cpu-tiny", "cpu-small", "cpu-base"):  # text8-mini is theirs
+        assert sized_to_corpus(name, *preset(name), mini)[1] is None
+    # a length that is not a multiple of eval_interval is rounded down to one: the run ends on an evaluation
+    sized, _ = sized_to_corpus("gpu-small", model_cfg, cfg, mini, max_epochs=10)
+    assert sized.max_steps == 2000  # 10 passes: 3,368 steps
+    tiny = SimpleNamespace(name="text8-mini", train=range(20_000), unit="character")
+    assert sized_to_corpus("gpu-small", model_cfg, cfg, tiny)[0].max_steps == 58  # fewer than eval_interval: as is
+
+
+def test_the_command_line_shortens_a_fallback_and_says_so(tmp_path, monkeypatch, capsys):
+    """$TXL_CORPUS gives a preset another corpus than its own: fewer steps, one line; --max-steps wins."""
+    monkeypatch.setitem(PRESETS["cpu-tiny"]["train"], "corpus", "text8")  # as if cpu-tiny were text8's
+    monkeypatch.setenv("TXL_CORPUS", "text8-mini")
+    monkeypatch.setattr("txl_minimal.train.FALLBACK_EPOCHS", 0.01)  # 0.01 passes: 53 steps of 16 x 32
+    argv = ["--no-progress", "--set", "d_model=16", "d_head=8", "d_inner=32", "eval_tokens=64", "amp=off"]
+    main(["--out", str(tmp_path / "a"), *argv])
+    out = capsys.readouterr().out
+    assert re.search(r"^cpu-tiny on text8-mini, not text8: its 2,000 steps of 16 x 32 would read .* shortened to "
+                     r"max_steps 53 \(0.0 passes.*; --max-steps sets another$", out, re.M)
+    assert load_checkpoint(tmp_path / "a" / "ckpt.pt")["step"] == 53
+    assert re.search(r"^step 53: train bpc .* -> \S+ \(best.pt: valid bpc \d\.\d{4} at step 53\)$", out, re.M)
+    main(["--out", str(tmp_path / "b"), "--max-steps", "60", *argv])
+    out = capsys.readouterr().out
+    assert "shortened" not in out and load_checkpoint(tmp_path / "b" / "ckpt.pt")["step"] == 60

@@ -40,3 +40,19 @@ def synthetic_corpus(text: str, n_train: int = 4 * (8 * 5 + 1)) -> Corpus:
 def printed_bpc(out: str) -> float:
     """The bpc in the line `python -m txl_minimal.evaluate` prints."""
     return float(re.search(r"bpc (\d+\.\d+) over", out).group(1))
+
+
+FOX = "the quick brown fox jumps over the lazy dog "
+
+
+def overfitting_corpus() -> Corpus:
+    """Trains on FOX, validates on FOX reversed: at lr 0.06 the valid bpc falls, then rises (measured:
+    4.73, 4.63, 4.68, 4.70 at steps 4, 8, 12, 16), so the best state is not the last."""
+    n_train = 4 * (8 * 5 + 1)
+    valid = encode((FOX[::-1] * 5)[:200])
+    return Corpus("synthetic", encode((FOX * 5)[:n_train]), valid, valid)
+
+
+def overfitting_cfg(out: Path, **overrides) -> TrainConfig:
+    """tiny_train_cfg at lr 0.06 for 16 steps, evaluated every 4: the curve overfitting_corpus describes."""
+    return tiny_train_cfg(out, **{"lr": 0.06, "max_steps": 16, "eval_interval": 4, **overrides})

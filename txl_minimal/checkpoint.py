@@ -2,11 +2,13 @@
 describes, the RNG state that makes a resumed run bit-exact, where the shipped models live,
 and the authors' parameter names (``official_state_dict``, ``load_official_state_dict``).
 
-A training checkpoint (``train.py``) holds ``format``, ``model``, ``optimizer``,
-``scheduler``, ``scaler``, ``model_config``, ``train_config``, ``choice`` (the precision and
-attention path amp="auto" chose, which a resume keeps), ``step``, ``data`` (epoch, segment),
-``mems``, ``rng`` (one state per rank, CPU tensors) and ``wall_time_s``; a
-shipped one (``pretrained.py``) only the weights, the configs, step and wall time;
+A training checkpoint (``train.py``: a run's ckpt.pt, its last state) holds ``format``, ``model``,
+``optimizer``, ``scheduler``, ``scaler``, ``model_config``, ``train_config``, ``choice`` (the
+precision and attention path amp="auto" chose, which a resume keeps), ``step``, ``data`` (epoch,
+segment), ``mems``, ``rng`` (one state per rank, CPU tensors), ``wall_time_s`` and ``best`` (the
+step and valid bpc of best.pt, or None); a run's best.pt (its state of best valid bpc) holds
+the weights, the configs, ``step``, ``valid_bpc`` and ``wall_time_s``; a shipped one
+(``pretrained.py``) only the weights, the configs, step and wall time;
 one written by ``save`` only the weights and the model config. Each also holds
 ``model_sha256``, the checksum of its weights (``weights_sha256``), and (format 2) ``state_sha256``,
 the checksum of everything else in it (``state_sha256``): a resume uses the optimiser, schedule,
@@ -38,6 +40,7 @@ from txl_minimal.utils import atomic_write, check_device, check_shipped, non_fin
 
 PRETRAINED_DIR = Path(__file__).resolve().with_name("pretrained")  # the models shipped with the package
 NAMES = ("txl", "vanilla", "txl-tiny", "vanilla-tiny")  # see pretrained.py
+LAST, BEST = "ckpt.pt", "best.pt"  # in a run directory: the resumable last state; the best-validation one
 CHECKSUM = "model_sha256"  # the entry holding weights_sha256(checkpoint["model"])
 STATE_CHECKSUM = "state_sha256"  # the entry holding state_sha256(checkpoint): every other entry
 FORMAT = 2  # 2: with STATE_CHECKSUM, which a format-2 file must hold
@@ -365,8 +368,19 @@ def _check_ties(model: TransformerXL, sd: dict[str, torch.Tensor]) -> None:
                                  f"model does. Build the model with {fix}.")
 
 
-def checkpoint_file(target: str | Path) -> Path:
-    """A shipped name (txl | vanilla), a run directory (its ckpt.pt) or a checkpoint file."""
+def run_checkpoint(run_dir: str | Path, last: bool = False) -> Path:
+    """The file a run directory is scored by: best.pt (the state of its best periodic valid
+    bpc, as the authors keep) where there is one and ``last`` is False, else ckpt.pt (its last state)."""
+    run_dir = Path(run_dir)
+    return run_dir / (BEST if not last and (run_dir / BEST).is_file() else LAST)
+
+
+def checkpoint_file(target: str | Path, last: bool = False) -> Path:
+    """A shipped name (txl | vanilla), a run directory (its best.pt, or with ``last`` or without
+    one its ckpt.pt: ``run_checkpoint``) or a checkpoint file."""
+    if last and (str(target) in NAMES or not Path(target).is_dir()):
+        raise ValueError(f"last=True (--last) picks a run directory's last state, ckpt.pt, over its best.pt; "
+                         f"{target} is not a run directory. Fix: drop --last, or pass the run's --out folder.")
     if str(target) in NAMES:  # a run directory of that name needs ./ in front
         return PRETRAINED_DIR / f"{target}{SAFETENSORS}"
     path = Path(target)
@@ -375,7 +389,7 @@ def checkpoint_file(target: str | Path) -> Path:
                                 "checkpoint (or its weights were deleted), so there is no model to evaluate. "
                                 "Fix: train it (python -m txl_minimal.train --out ... --overwrite), or pass "
                                 "another run's folder.")
-    path = path / "ckpt.pt" if path.is_dir() else path
+    path = run_checkpoint(path, last) if path.is_dir() else path
     if not path.is_file():
         raise FileNotFoundError(f"nothing to evaluate at {target}: not a shipped model ({', '.join(NAMES)}), "
                                 "a run directory holding ckpt.pt, or a checkpoint file. "

@@ -1,12 +1,15 @@
 """Bits per character (words: perplexity) of a model or checkpoint: segments with memory, or the vanilla sliding window;
 and ``read_segments``, the loop that reads a long text segment by segment (Sec. 3.2).
 
-    python -m txl_minimal.evaluate runs/cpu-tiny --split test         # a run directory (its ckpt.pt)
+    python -m txl_minimal.evaluate runs/cpu-tiny --split test         # a run directory: its best.pt
+    python -m txl_minimal.evaluate runs/cpu-tiny --last               # ... its last state, ckpt.pt
     python -m txl_minimal.evaluate txl --mem-len 256 --clamp-len 128 --same-length
     python -m txl_minimal.evaluate vanilla --sliding-window 64 --max-predictions 20000
 
 CKPT is a shipped model (txl | vanilla), a run directory or a checkpoint file; it
-is scored on the corpus it was trained on unless --corpus names another. Nothing
+is scored on the corpus it was trained on unless --corpus names another. A run directory
+is scored by its best.pt, the weights of its best periodic valid bpc (as the authors keep
+their best model), where it has one; --last scores its ckpt.pt, the last state. Nothing
 is written (``python -m txl_minimal.pretrained --update-json NAME`` rewrites NAME.json).
 """
 from __future__ import annotations
@@ -24,11 +27,11 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from txl_minimal import fast, validation
-from txl_minimal.checkpoint import (checkpoint_file, checkpoint_vocab, describe_vocab, load_checkpoint,
+from txl_minimal.checkpoint import (BEST, NAMES, checkpoint_file, checkpoint_vocab, describe_vocab, load_checkpoint,
                                     model_from_checkpoint, unwrap, vocab_entry)
 from txl_minimal.data import CORPORA, CorpusError, as_ids, load_corpus
 from txl_minimal.model import TransformerXL, TXLOutput
-from txl_minimal.utils import check_device, int_at_least, score_name, score_of, terminal_progress
+from txl_minimal.utils import LN2, check_device, default_device, int_at_least, score_name, score_of, terminal_progress
 from txl_minimal.validation import as_int
 
 
@@ -191,8 +194,11 @@ def evaluate_checkpoint(target: str | Path, split: str = "valid", corpus: Option
                         sliding_window: Optional[int] = None, max_predictions: Optional[int] = None,
                         batch_size: int = 1, tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
                         clamp_len: Optional[int] = None, same_length: Optional[bool] = None,
-                        device: str = "auto", progress: bool = False) -> dict:
+                        device: str = "auto", progress: bool = False, last: bool = False) -> dict:
     """bpc (words: ppl) of a checkpoint (see checkpoint.checkpoint_file) on one split; writes nothing.
+
+    A run directory is scored by its best.pt (its best periodic valid bpc), or with ``last`` (or
+    without a best.pt) by its ckpt.pt; the result's "checkpoint" names the file, "step" its step.
 
     Segments with memory (``evaluate``; lengths left as None keep the training ones)
     or, with ``sliding_window=C``, the vanilla sliding window of C tokens. The corpus
@@ -200,7 +206,7 @@ def evaluate_checkpoint(target: str | Path, split: str = "valid", corpus: Option
     """
     if split not in ("train", "valid", "test"):
         raise ValueError(f"split must be 'train', 'valid' or 'test', got {split!r}")
-    path = checkpoint_file(target)
+    path = checkpoint_file(target, last)
     dev = check_device(device, "device")  # before any loading: a GPU this machine lacks is said at once
     ckpt = load_checkpoint(path)
     model = model_from_checkpoint(ckpt, dev)
@@ -220,7 +226,23 @@ def evaluate_checkpoint(target: str | Path, split: str = "valid", corpus: Option
         settings = {k: getattr(model.cfg, k) if v is None else v for k, v in given.items()}
         settings["batch_size"] = batch_size
         res = evaluate(model, data, batch_size, max_tokens=max_predictions, progress=progress, **given)
-    return dict(res, checkpoint=str(path), corpus=loaded.name, unit=loaded.unit, split=split, settings=settings)
+    return dict(res, checkpoint=str(path), step=ckpt.get("step"), saved_valid_bpc=ckpt.get("valid_bpc"),
+                corpus=loaded.name, unit=loaded.unit, split=split, settings=settings)
+
+
+def which_state(target: str | Path, result: dict) -> Optional[str]:
+    """The line saying which state of a run directory ``result`` (evaluate_checkpoint's) scored, or None
+    for a shipped name or a file."""
+    if str(target) in NAMES or not Path(target).is_dir():
+        return None
+    path, unit, saved = Path(result["checkpoint"]), result["unit"], result["saved_valid_bpc"]
+    step = "step ?" if result["step"] is None else f"step {result['step']:,}"
+    if path.name == BEST:
+        saved = "" if saved is None else f", valid {score_name(unit)} {score_of(saved * LN2, unit):.4f} in training"
+        return f"{target}: scoring best.pt, the state of its best periodic evaluation ({step}{saved}); " \
+               "--last scores ckpt.pt, the last state"
+    why = "--last" if (path.parent / BEST).is_file() else "no best.pt"
+    return f"{target}: scoring ckpt.pt, the last state ({step}; {why})"
 
 
 def _corpus_fix(trained_on: Optional[str], corpus: Optional[str]) -> str:
@@ -277,6 +299,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--sliding-window", type=int_at_least(1), metavar="C",
                    help="the vanilla evaluation instead: one window of C tokens per prediction, no memory")
     p.add_argument("--max-predictions", type=int_at_least(1), metavar="N", help="score only the first N predictions")
+    p.add_argument("--last", action="store_true",
+                   help="a run directory: score its last state, ckpt.pt, instead of its best.pt")
     p.add_argument("--device", default="auto", help='"auto" (a GPU if there is one), "cpu", "cuda:1" ...')
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
@@ -287,9 +311,11 @@ def main(argv: Optional[list[str]] = None) -> None:
         r = evaluate_checkpoint(args.checkpoint, args.split, args.corpus, args.sliding_window,
                                 args.max_predictions, args.batch_size or 1, args.tgt_len, args.mem_len,
                                 args.clamp_len, args.same_length, args.device,
-                                progress=terminal_progress(not args.no_progress))
+                                progress=terminal_progress(not args.no_progress), last=args.last)
     except (ValueError, FileNotFoundError, CorpusError) as e:  # bad input: the message, no traceback
         p.error(str(e))
+    if (which := which_state(args.checkpoint, r)) is not None:
+        print(which)
     settings = ", ".join(f"{k}={v}" for k, v in r["settings"].items())
     name = score_name(r["unit"])  # bpc for characters, ppl for words
     print(f"{r['checkpoint']} on {r['corpus']} {r['split']}: {name} {r[name]:.4f} "

@@ -16,8 +16,10 @@ They were made with (bf16 autocast: 1.9x faster than fp32 on the CPU they were t
 
 "txl-tiny" and "vanilla-tiny" are the earlier, smaller pair (``cpu-small``: 4 layers,
 d_model 128, segments of 64, fp32), which the notebooks read. ``--ship`` copies a run
-into the package and recomputes NAME.json (all checked and computed first, then every file and
-the manifest written together: a failure changes none of them); ``--update-json NAME`` only recomputes it
+(its best.pt, the weights of its best periodic valid bpc; ``--last``: its ckpt.pt, the last
+state; a run without best.pt: ckpt.pt) into the package and recomputes NAME.json (all checked and
+computed first, then every file and the manifest written together: a failure changes none of them);
+``--update-json NAME`` only recomputes it
 (``python -m txl_minimal.evaluate NAME`` prints one evaluation and writes nothing).
 Every NAME.safetensors holds the weights (float32, as trained), the configs, step and wall time
 as JSON in its metadata, and the checksums that every load verifies; no pickle, so any
@@ -38,7 +40,8 @@ import numpy as np
 import torch
 
 from txl_minimal.checkpoint import (CHECKSUM, LOG_HEADER, NAMES, PRETRAINED_DIR, SAFETENSORS, checkpoint_bytes,
-                                    checkpoint_vocab, describe_vocab, load_checkpoint, model_from_checkpoint)
+                                    checkpoint_vocab, describe_vocab, load_checkpoint, model_from_checkpoint,
+                                    run_checkpoint)
 from txl_minimal.data import CorpusError, load_corpus
 from txl_minimal.evaluate import evaluate, sliding_window_eval
 from txl_minimal.model import TransformerXL
@@ -107,20 +110,23 @@ def load_pretrained(name: str = "txl", device: str | torch.device = "cpu") -> Tr
     return model_from_checkpoint(load_checkpoint(path, map_location=device), device)
 
 
-def _shipped_state(run_dir: str | Path, name: str) -> tuple[dict, str]:
-    """A run's weights + configs as shipped (no optimiser; float32 on the CPU) and its log's text,
+def _shipped_state(run_dir: str | Path, name: str, last: bool = False) -> tuple[dict, str]:
+    """A run's weights + configs as shipped (no optimiser; float32 on the CPU) and its log's text: those
+    of its best.pt (best periodic valid bpc), or with ``last`` (or without a best.pt) of its ckpt.pt
+    (``checkpoint.run_checkpoint``),
     after checking everything --ship needs: both files, a checkpoint that loads, a log that is
     the run's, characters (the shipped models are scored on text8-mini). Nothing is written."""
     _check_name(name)
     run_dir = Path(run_dir)
-    missing = [f for f in ("ckpt.pt", "log.csv") if not (run_dir / f).is_file()]
+    source = run_checkpoint(run_dir, last)
+    missing = [f for f in (source.name, "log.csv") if not (run_dir / f).is_file()]
     if missing:
         raise FileNotFoundError(f"{run_dir}/ has no {' and no '.join(missing)}: --ship copies a finished run's "
                                 "ckpt.pt and log.csv (nothing was changed). Fix: pass the --out folder of a "
                                 "training run.")
     if (PRETRAINED_DIR / MANIFEST).exists():  # a damaged manifest is named now, not after the evaluation
         read_json(PRETRAINED_DIR / MANIFEST, shipped_fix(PRETRAINED_DIR / MANIFEST))
-    ckpt = load_checkpoint(run_dir / "ckpt.pt")
+    ckpt = load_checkpoint(source)
     vocab = checkpoint_vocab(ckpt)
     if vocab is None or vocab["unit"] != "character":
         what = describe_vocab(vocab) if vocab else f"its corpus is {ckpt.get('train_config', {}).get('corpus')!r}"
@@ -139,21 +145,22 @@ def _shipped_state(run_dir: str | Path, name: str) -> tuple[dict, str]:
     return state, log
 
 
-def export_pretrained(run_dir: str | Path, name: str) -> Path:
+def export_pretrained(run_dir: str | Path, name: str, last: bool = False) -> Path:
     """Copy a run's weights + configs (no optimiser, with the weights' checksum) and its log
-    into the package, with their manifest entries: all checked first, then written together."""
-    state, log = _shipped_state(run_dir, name)
+    into the package, with their manifest entries: all checked first, then written together.
+    The weights: its best.pt, or with ``last`` its ckpt.pt (``_shipped_state``)."""
+    state, log = _shipped_state(run_dir, name, last)
     path = PRETRAINED_DIR / f"{name}{SAFETENSORS}"
     write_shipped({path: checkpoint_bytes(state, path), PRETRAINED_DIR / f"{name}.log.csv": log.encode()})
     return path
 
 
-def ship(run_dir: str | Path, name: str, progress: bool = False) -> dict:
+def ship(run_dir: str | Path, name: str, progress: bool = False, last: bool = False) -> dict:
     """``--ship``: a run's weights, log and freshly computed NAME.json into the package, all or
     nothing. Everything is checked and evaluated first, then the three files and the manifest
     are written together (``utils.write_shipped``): a failure at any point leaves every shipped
-    file and the manifest as they were."""
-    state, log = _shipped_state(run_dir, name)
+    file and the manifest as they were. ``last``: ship its ckpt.pt, not its best.pt."""
+    state, log = _shipped_state(run_dir, name, last)
     path = PRETRAINED_DIR / f"{name}{SAFETENSORS}"
     weights = checkpoint_bytes(state, path)
     summary = _summary(name, model_from_checkpoint(state), state, ("valid", "test"), progress)
@@ -282,24 +289,31 @@ def main(argv: Optional[list[str]] = None) -> None:
     p = argparse.ArgumentParser(prog="python -m txl_minimal.pretrained", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--ship", metavar="RUN_DIR", help="export RUN_DIR/ckpt.pt and log.csv as the shipped "
-                      "model --name, then recompute NAME.json")
+    what.add_argument("--ship", metavar="RUN_DIR", help="export RUN_DIR/best.pt (the best validation state; "
+                      "--last or none: ckpt.pt) and log.csv as the shipped model --name, then recompute NAME.json")
     what.add_argument("--update-json", metavar="NAME", choices=NAMES, help="recompute the shipped NAME.json")
     what.add_argument("--table", action="store_true", help="the README's table of txl and vanilla, with "
                       "paired standard errors: print it and write pretrained/table.json")
     p.add_argument("--name", choices=NAMES, help="the shipped name for --ship")
+    p.add_argument("--last", action="store_true", help="--ship the run's last state, ckpt.pt, not its best.pt")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     if args.ship and not args.name:
         p.error("--ship needs --name txl or --name vanilla")
     if args.update_json and args.name:
         p.error("--name goes with --ship; --update-json names the model itself")
+    if args.last and not args.ship:
+        p.error("--last goes with --ship (which state of the run to ship)")
     try:
         progress = terminal_progress(not args.no_progress)
         if args.table:
             print(markdown_table(paired_table(progress=progress)))
             return
-        summary = ship(args.ship, args.name, progress) if args.ship else \
+        if args.ship:
+            source = run_checkpoint(args.ship, args.last)
+            print(f"shipping {source} as {args.name}: "
+                  + ("the last state" if source.name == "ckpt.pt" else "the best validation state (--last: ckpt.pt)"))
+        summary = ship(args.ship, args.name, progress, args.last) if args.ship else \
             evaluate_pretrained(args.update_json, progress=progress)
     except (ValueError, FileNotFoundError, CorpusError) as e:  # bad input: the message, no traceback
         p.error(str(e))

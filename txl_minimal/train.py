@@ -10,8 +10,12 @@ The loop is the authors' (``pytorch/train.py``): Adam, linear warm-up then cosin
 decay, gradient clipping at 0.25, and memory carried from each segment to the next
 (Sec. 3.2). A batch is ``batch_size`` parallel columns of the text, so row b of step
 t+1 continues row b of step t; the memory is reset when a pass over the data begins.
-Every ``eval_interval`` steps the valid bpc (words: perplexity) is measured and OUT/ckpt.pt written;
-``python -m txl_minimal.evaluate OUT`` scores a run afterwards. A run already in OUT
+Every ``eval_interval`` steps the valid bpc (words: perplexity) is measured and OUT/ckpt.pt written
+(the last state, which --resume continues); an evaluation better than every earlier one also writes
+OUT/best.pt (those weights, as the authors keep their best model). ``python -m txl_minimal.evaluate OUT``
+scores a run's best.pt afterwards (--last: its ckpt.pt). A preset run on a smaller corpus than its own
+(text8 unreachable, --corpus, $TXL_CORPUS) is shortened to FALLBACK_EPOCHS passes over it, with a line
+saying so (``sized_to_corpus``). A run already in OUT
 is never replaced silently: continue it with --resume or replace it with --overwrite.
 OUT/train.lock keeps a second training out of OUT while one runs; Ctrl-C finishes the step
 in progress, saves it to OUT/ckpt.pt and prints the --resume command that continues it.
@@ -46,7 +50,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from txl_minimal import fast, validation
-from txl_minimal.checkpoint import (ConfigMismatch, attach_vocab, describe_vocab, load_checkpoint, rng_state,
+from txl_minimal.checkpoint import (BEST, LAST, ConfigMismatch, attach_vocab, describe_vocab, load, load_checkpoint, rng_state,
                                     save_checkpoint, set_rng_state, vocab_entry)
 from txl_minimal.data import CORPORA, Corpus, CorpusError, LMOrderedIterator, load_corpus
 from txl_minimal.evaluate import evaluate
@@ -57,7 +61,7 @@ from txl_minimal.utils import (LN2, NO_SPACE, WriteError, atomic_write, bf16_spe
 from txl_minimal.validation import as_int
 
 CSV_COLUMNS = ("step", "tokens", "wall_time_s", "lr", "train_loss", "train_bpc", "valid_bpc")
-RUN_FILES = ("ckpt.pt", "log.csv")  # what a run writes in its --out directory
+RUN_FILES = (LAST, "log.csv", BEST)  # what a run writes in its --out directory
 LOCK = "train.lock"  # OUT/train.lock: the pid, host and start of the training writing there
 CHOICES = dict(corpus=CORPORA, amp=("auto", "bf16", "fp16", "off"), attention=("auto", "fast", "explicit"),
                adam=("auto", "fused", "foreach", "for-loop"), loss_positions=("full", "half"))
@@ -88,7 +92,7 @@ class TrainConfig:
     eval_same_length: Optional[bool] = None
     log_interval: int = 50  # steps per CSV row
     seed: int = 0
-    out: str = "runs/default"  # ckpt.pt and log.csv go here
+    out: str = "runs/default"  # ckpt.pt, best.pt and log.csv go here
     amp: str = "auto"  # "auto" (measured, see choose_precision: CPU: bf16 only where a matmul of the model's size is faster; GPU: the faster of a few real steps in fp32 and bf16 (fp16 before Ampere)) | "bf16" | "fp16" | "off" (fp32)
     attention: str = "auto"  # "fast" (fast.py's paths) | "explicit" (model.py's code) | "auto" (CPU: fast; GPU: measured with amp)
     compile: Union[bool, str] = "auto"  # torch.compile each segment: True | False | "auto" (on CUDA) | "reduce-overhead" (+ CUDA graphs); falls back to eager, with one line, where it cannot (compile_mode)
@@ -153,7 +157,8 @@ PRESETS: dict[str, dict[str, dict]] = {
         model=dict(n_layer=4, n_head=4, d_model=256, d_head=64, d_inner=1024, dropout=0.1,
                    dropatt=0.0, tgt_len=128, mem_len=128),
         train=dict(_CPU_TRAIN, lr=5e-4, warmup_steps=500, out="runs/cpu-base")),
-    # One Colab-class GPU, about an hour on full text8 (an estimate: never run here).
+    # One GPU. Measured once, on an H100 (torch 2.11, bf16 by amp="auto"), text8 unreachable there so on
+    # text8-mini: 195,366 tokens/s, 852 s for the 20,000 steps. Full text8 and other GPUs (a T4) never run.
     "gpu-small": dict(
         model=dict(n_layer=8, n_head=8, d_model=256, d_head=32, d_inner=1024, dropout=0.1,
                    dropatt=0.0, tgt_len=256, mem_len=256),
@@ -203,6 +208,40 @@ def preset(name: str, **overrides) -> tuple[TXLConfig, TrainConfig]:
     return TXLConfig(**model_kw), TrainConfig(**train_kw)
 
 
+# A preset on a smaller corpus than its own reads it at most this many times. Measured once (H100,
+# torch 2.11): gpu-small on text8-mini for its 20,000 steps of 32 x 256 (59 passes) had its lowest
+# valid bpc, 1.697, at step 8,000 (24 passes) and ended at 1.742 (train 1.19: memorising); a run of
+# 8,000 steps, its cosine ending there, reached valid 1.670 (test 1.641).
+FALLBACK_EPOCHS = 24
+
+
+def sized_to_corpus(name: str, model_cfg: TXLConfig, cfg: TrainConfig, corpus: Corpus,
+                    max_epochs: Optional[float] = None) -> tuple[TrainConfig, Optional[str]]:
+    """Preset ``name``'s ``cfg`` fitted to the corpus it will really read, and a line saying what changed.
+
+    On its own corpus, or one it reads fewer than ``max_epochs`` times, ``(cfg, None)``. On another
+    (a fallback: text8 unreachable, $TXL_CORPUS, --corpus) that ``max_steps`` would read more often,
+    max_steps is lowered to ``max_epochs`` (default FALLBACK_EPOCHS) passes over the training split,
+    rounded down to a multiple of eval_interval (the run ends on a periodic evaluation), and the line
+    says so and why."""
+    max_epochs = FALLBACK_EPOCHS if max_epochs is None else max_epochs
+    own = PRESETS[name]["train"]["corpus"]
+    per_step = cfg.batch_size * model_cfg.tgt_len
+    n_train = len(corpus.train)
+    steps = int(max_epochs * n_train // per_step)
+    if steps >= cfg.eval_interval:
+        steps -= steps % cfg.eval_interval
+    steps = max(1, steps)
+    if corpus.name == own or cfg.max_steps <= steps:
+        return cfg, None
+    unit = "word" if corpus.unit == "word" else "character"
+    note = (f"{name} on {corpus.name}, not {own}: its {cfg.max_steps:,} steps of {cfg.batch_size} x "
+            f"{model_cfg.tgt_len} would read the {n_train:,} training {unit}s {cfg.max_steps * per_step / n_train:,.1f} times; shortened "
+            f"to max_steps {steps:,} ({steps * per_step / n_train:,.1f} passes; measured: gpu-small's valid bpc on "
+            f"text8-mini was lowest near {FALLBACK_EPOCHS} passes and rose after)")
+    return replace(cfg, max_steps=steps), note
+
+
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Learning rate of update number ``step`` (1-based): linear warm-up, cosine to min_lr."""
     if step <= cfg.warmup_steps:
@@ -226,11 +265,24 @@ class TrainResult:
     out: Path
     complete: bool = False  # resume=True found the run already at its last step: nothing was trained
     unit: str = "character"  # the corpus's: "word" is reported in perplexity (see score)
+    best_valid_bpc: float = float("nan")  # the best periodic evaluation, whose weights are out/best.pt
+    best_step: int = 0  # its step (0: no periodic evaluation yet, no best.pt)
 
     def score(self, which: str = "valid") -> tuple[str, float]:
-        """("bpc", value) for characters, ("ppl", value) for words, of the train or valid figure."""
-        bpc = self.valid_bpc if which == "valid" else self.train_bpc
+        """("bpc", value) for characters, ("ppl", value) for words, of the "train", "valid" (last
+        evaluation) or "best" (best evaluation) figure."""
+        bpc = dict(valid=self.valid_bpc, best=self.best_valid_bpc).get(which, self.train_bpc)
         return score_name(self.unit), score_of(bpc * LN2, self.unit)
+
+    def best_model(self, device: Optional[str | torch.device] = None) -> TransformerXL:
+        """The weights of out/best.pt (valid bpc ``best_valid_bpc`` at step ``best_step``), in eval mode,
+        on ``device`` (default: where ``model`` is). ``model`` is the last state."""
+        path = self.out / BEST
+        if not path.is_file():
+            raise FileNotFoundError(f"no {path}: this run has had no periodic evaluation with a finite valid bpc "
+                                    "(its first comes at step eval_interval). Fix: use result.model, the last state, "
+                                    "or train past eval_interval.")
+        return load(path, next(self.model.parameters()).device if device is None else device)
 
 
 def _distributed() -> tuple[int, int, int]:
@@ -260,7 +312,8 @@ def _claim_out(out_dir: Path, resume: bool, overwrite: bool, rank: int) -> None:
                               "Fix: --resume to continue it, --overwrite to replace it (train(..., resume=True) "
                               "or overwrite=True), or another --out directory.")
     if rank == 0:  # a checkpoint or log write killed mid-way (utils.atomic_write)
-        remove_leftovers(out_dir, "ckpt.pt.*.tmp")
+        for name in (LAST, BEST):
+            remove_leftovers(out_dir, f"{name}.*.tmp")
         remove_leftovers(out_dir, "log.csv.*.tmp")
 
 
@@ -274,9 +327,10 @@ def _log_has_rows(path: Path) -> bool:
 
 def _replace_old_run(out_dir: Path, overwrite: bool, rank: int) -> None:
     """--overwrite, once the new run has passed every check: drop the old checkpoint (the new
-    log replaces the old one whole, CSVLog), so that no stale ckpt.pt sits beside the new log."""
+    log replaces the old one whole, CSVLog), so that no stale ckpt.pt or best.pt sits beside the new log."""
     if overwrite and rank == 0:
-        (out_dir / "ckpt.pt").unlink(missing_ok=True)
+        for name in (LAST, BEST):
+            (out_dir / name).unlink(missing_ok=True)
 
 
 def _init_distributed(device: torch.device, world: int, batch_size: int) -> None:
@@ -565,9 +619,9 @@ def _wrap(model: TransformerXL, mode: Optional[str], world: int, device: torch.d
 
 
 def _resume(ckpt: dict, path: Path, configs: dict, parts: dict, rank: int, world: int,
-            device: torch.device) -> tuple[int, int, int, float, Optional[list[torch.Tensor]]]:
+            device: torch.device) -> tuple[int, int, int, float, Optional[list[torch.Tensor]], dict]:
     """Load ``parts`` (model, optimiser, ...) and this rank's RNG state from a checkpoint (loaded on
-    the CPU); return its (step, epoch, segment, wall_time_s, this rank's rows of the memory)."""
+    the CPU); return its (step, epoch, segment, wall_time_s, this rank's rows of the memory, best so far)."""
     used = configs["train_config"]
     _check_resume(path, ckpt, configs)
     for key, part in parts.items():
@@ -581,7 +635,8 @@ def _resume(ckpt: dict, path: Path, configs: dict, parts: dict, rank: int, world
     if mems is not None:  # saved for the full batch: keep this rank's rows
         per = used["batch_size"] // world
         mems = [m[rank * per:(rank + 1) * per].to(device) for m in mems]
-    return ckpt["step"], ckpt["data"]["epoch"], ckpt["data"]["segment"], ckpt["wall_time_s"], mems
+    best = ckpt.get("best") or dict(NO_BEST)  # a checkpoint from before best.pt existed: none yet
+    return ckpt["step"], ckpt["data"]["epoch"], ckpt["data"]["segment"], ckpt["wall_time_s"], mems, best
 
 
 # What a resume may change (TrainConfig fields): the schedule, followed from the next step on
@@ -639,8 +694,9 @@ def _gather(tensor: torch.Tensor, world: int) -> torch.Tensor:
 
 
 def _save(path: Path, parts: dict, configs: dict, step: int, epoch: int, segment: int,
-          mems: Optional[list[torch.Tensor]], wall_time_s: float, rank: int, world: int) -> None:
-    """Write the checkpoint a bit-exact resume needs. Every rank takes part in the
+          mems: Optional[list[torch.Tensor]], wall_time_s: float, rank: int, world: int, best: dict) -> None:
+    """Write the checkpoint a bit-exact resume needs (``best``: the step and valid bpc of best.pt, so that
+    a resumed run replaces it only when an uninterrupted one would). Every rank takes part in the
     gathers (full-batch memory, each rank's RNG state); rank 0 writes."""
     full_mems = None if mems is None or mems[0].size(1) == 0 else [_gather(m, world).cpu() for m in mems]
     device = next(parts["model"].parameters()).device
@@ -652,7 +708,7 @@ def _save(path: Path, parts: dict, configs: dict, step: int, epoch: int, segment
         states = {key: part.state_dict() for key, part in parts.items()}
         try:
             save_checkpoint(dict(format=1, **states, **configs, step=step, data=dict(epoch=epoch, segment=segment),
-                                 mems=full_mems, rng=rngs, wall_time_s=wall_time_s), path)
+                                 mems=full_mems, rng=rngs, wall_time_s=wall_time_s, best=best), path)
         except WriteError as e:  # a full disk: say which checkpoint survives, and how to go on
             what = (f"no space left on the disk holding {path.parent} for the checkpoint of step {step}"
                     if e.errno in NO_SPACE else
@@ -670,6 +726,22 @@ def _last_checkpoint(path: Path) -> str:
     except Exception:  # noqa: BLE001 (only a message depends on it)
         return f"{path} holds the previous checkpoint."
     return f"The last checkpoint (step {step}) is intact in {path}: --resume continues from it."
+
+
+NO_BEST = dict(step=0, valid_bpc=None)  # no periodic evaluation yet (None: a checkpoint holds no inf)
+
+
+def _improves(valid_bpc: float, best: dict) -> bool:
+    """True if ``valid_bpc`` (finite) is lower than the best so far (strictly: a tie keeps the earlier)."""
+    return math.isfinite(valid_bpc) and (best["valid_bpc"] is None or valid_bpc < best["valid_bpc"])
+
+
+def _save_best(path: Path, model: TransformerXL, configs: dict, step: int, valid_bpc: float,
+               wall_time_s: float) -> None:
+    """OUT/best.pt: the weights of a new best evaluation with the configs, step and valid bpc (what
+    ``load`` and ``python -m txl_minimal.evaluate`` read), written atomically (rank 0 only)."""
+    weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    save_checkpoint(dict(model=weights, **configs, step=step, valid_bpc=valid_bpc, wall_time_s=wall_time_s), path)
 
 
 def _valid_bpc(model: TransformerXL, valid, cfg: TrainConfig, autocast: contextlib.AbstractContextManager) -> float:
@@ -940,7 +1012,7 @@ def _one_run_per_out(train_fn):
     return run
 
 
-def _finished(model: TransformerXL, step: int, end: int, cfg: TrainConfig, out_dir: Path) -> TrainResult:
+def _finished(model: TransformerXL, step: int, end: int, cfg: TrainConfig, out_dir: Path, best: dict) -> TrainResult:
     """What ``train(resume=True)`` returns for a run already at its last step ``end``, after saying so."""
     try:  # the log only supplies the last numbers shown
         rows = _log_rows(out_dir / "log.csv", step) if (out_dir / "log.csv").exists() else []
@@ -958,7 +1030,15 @@ def _finished(model: TransformerXL, step: int, end: int, cfg: TrainConfig, out_d
               f"To train it longer, resume with a higher limit: --resume --max-steps {2 * step} "
               "(train(..., resume=True) with TrainConfig.max_steps raised).")
     return TrainResult(model.eval(), step, last("train_bpc"), last("valid_bpc"), 0.0, 0.0, out_dir, complete=True,
-                       unit=getattr(model, "unit", "character"))  # a word run reports perplexity
+                       unit=getattr(model, "unit", "character"),  # a word run reports perplexity
+                       **_best_fields(best))
+
+
+
+def _best_fields(best: dict) -> dict:
+    """TrainResult's best_valid_bpc and best_step from the ``best`` a checkpoint keeps."""
+    return dict(best_valid_bpc=float("nan") if best["valid_bpc"] is None else best["valid_bpc"],
+                best_step=best["step"])
 
 
 def _resume_command(argv: list[str]) -> str:
@@ -981,17 +1061,19 @@ def _last_step(cfg: TrainConfig, stop_at: Optional[int]) -> int:
 def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = None,
           resume: bool = False, stop_at: Optional[int] = None, progress: bool = True,
           overwrite: bool = False, print_evals: bool = False) -> TrainResult:
-    """Train a TransformerXL; writes ``cfg.out``/ckpt.pt and ``cfg.out``/log.csv.
+    """Train a TransformerXL; writes ``cfg.out``/ckpt.pt (the last state), best.pt and log.csv.
 
     resume: continue from ckpt.pt (weights, optimiser, schedule, RNG, data position and memory,
     so the run ends as if never interrupted). overwrite: replace the run in ``cfg.out`` (without
     either, a run there is refused before anything is written). stop_at: end after that many steps
     with a checkpoint, as if interrupted. progress: a bar and a line per evaluation; print_evals:
-    those lines without the bar. Under torchrun each rank reads its own block of batch columns."""
+    those lines without the bar. Under torchrun each rank reads its own block of batch columns.
+    best.pt holds the weights of the best periodic evaluation (every eval_interval steps and at
+    max_steps; not a stop_at's): ``TrainResult.best_model()`` loads it."""
     end = _last_step(cfg, stop_at)
     rank, world, local = _distributed()
     out_dir = Path(cfg.out)
-    ckpt_path = out_dir / "ckpt.pt"
+    ckpt_path = out_dir / LAST
     _claim_out(out_dir, resume, overwrite, rank)
     device = _device(cfg, local)
     _init_distributed(device, world, cfg.batch_size)
@@ -1019,12 +1101,13 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     configs = dict(model_config=model_cfg.to_dict(), train_config=dict(asdict(cfg), corpus=corpus.name), choice=choice,
                    vocab=vocab_entry(corpus.unit, corpus.vocab))  # what the ids mean: evaluate and generate check it
     attach_vocab(raw, configs["vocab"])
-    step, epoch, segment, elapsed, mems = 0, 0, 0, 0.0, None
+    best_path = out_dir / BEST
+    step, epoch, segment, elapsed, mems, best = 0, 0, 0, 0.0, None, dict(NO_BEST)
     if resume:
-        step, epoch, segment, elapsed, mems = _resume(ckpt, ckpt_path, configs, parts, rank, world, device)
+        step, epoch, segment, elapsed, mems, best = _resume(ckpt, ckpt_path, configs, parts, rank, world, device)
         _follow_schedule(opt, sched, cfg)
         if step >= end:  # a finished run: say so, rather than log a run of no steps
-            return _finished(raw, step, end, cfg, out_dir)
+            return _finished(raw, step, end, cfg, out_dir, best)
     loader = _loader(corpus, cfg, model_cfg.tgt_len, rank, world, device)
     validation.check_ids(loader.data, model_cfg.vocab_size, f"{corpus.name}'s token")  # once: not every step
     batches = itertools.islice(iter(loader), segment, None)  # resume: skip what was read
@@ -1079,12 +1162,18 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
                       valid_bpc if do_eval else None)
         if do_eval:
             elapsed, t_wall = elapsed + time.perf_counter() - t_wall, time.perf_counter()
-            _save(ckpt_path, parts, configs, step, epoch, segment, mems, elapsed, rank, world)
+            # only periodic evaluations compete (not stop_at's extra one), so that a resumed run keeps
+            # the best.pt an uninterrupted one would; written before ckpt.pt, which names it
+            periodic = step % cfg.eval_interval == 0 or step == cfg.max_steps
+            if periodic and rank == 0 and _improves(valid_bpc, best):
+                best = dict(step=step, valid_bpc=valid_bpc)
+                _save_best(best_path, raw, configs, step, valid_bpc, elapsed)
+            _save(ckpt_path, parts, configs, step, epoch, segment, mems, elapsed, rank, world, best)
         bar.update(1)
         if _Stop.requested:  # Ctrl-C: keep the step just finished (an evaluation step is saved already)
             if not do_eval:
                 elapsed, t_wall = elapsed + time.perf_counter() - t_wall, time.perf_counter()
-                _save(ckpt_path, parts, configs, step, epoch, segment, mems, elapsed, rank, world)
+                _save(ckpt_path, parts, configs, step, epoch, segment, mems, elapsed, rank, world, best)
             break
     bar.close()
     log.close()
@@ -1092,7 +1181,8 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
         raise TrainingInterrupted(step, ckpt_path)
     _check_replicas_agree(raw, world)
     raw.eval()
-    return TrainResult(raw, step, train_bpc, valid_bpc, tok_s, elapsed, out_dir, unit=corpus.unit)
+    return TrainResult(raw, step, train_bpc, valid_bpc, tok_s, elapsed, out_dir, unit=corpus.unit,
+                       **_best_fields(best))
 
 
 # ----------------------------------------------------------------------------- command line
@@ -1155,7 +1245,13 @@ def main(argv: Optional[list[str]] = None) -> None:
             key = key.replace("-", "_")
             overrides[key] = _parse_value(key, value)
         model_cfg, train_cfg = preset(args.preset, **overrides)
-        res = train(model_cfg, train_cfg, resume=args.resume, stop_at=args.stop_at, overwrite=args.overwrite,
+        corpus = None
+        if "max_steps" not in overrides:  # a preset on a smaller corpus than its own: fewer steps, said once
+            corpus = load_corpus(train_cfg.corpus)
+            train_cfg, note = sized_to_corpus(args.preset, model_cfg, train_cfg, corpus)
+            if note and _distributed()[0] == 0:
+                print(f"{note}; --max-steps sets another")
+        res = train(model_cfg, train_cfg, corpus, resume=args.resume, stop_at=args.stop_at, overwrite=args.overwrite,
                     progress=terminal_progress(not args.no_progress), print_evals=True)
     except (ValueError, FileExistsError, FileNotFoundError, CorpusError) as e:  # bad input: no traceback
         p.error(str(e))
@@ -1167,9 +1263,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     if res.complete:
         return
     if _distributed()[0] == 0:
-        (name, train_score), (_, valid_score) = res.score("train"), res.score("valid")
+        (name, train_score), (_, valid_score), (_, best) = res.score("train"), res.score("valid"), res.score("best")
+        kept = f" (best.pt: valid {name} {best:.4f} at step {res.best_step})" if res.best_step else ""
         print(f"step {res.step}: train {name} {train_score:.4f}, valid {name} {valid_score:.4f}, "
-              f"{res.tokens_per_s:,.0f} tokens/s, {res.wall_time_s:.0f} s -> {res.out}")
+              f"{res.tokens_per_s:,.0f} tokens/s, {res.wall_time_s:.0f} s -> {res.out}{kept}")
     if dist.is_initialized():
         # Free the DDP wrapper (held in reference cycles) while its process group still exists:
         # left to the interpreter's exit, gloo's threads aborted a rank now and then.
