@@ -109,7 +109,7 @@ def commit_of(tree: Path) -> str:
     out = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True).stdout.strip()
-    return out.stdout.strip() + ("+changes" if dirty else "")
+    return (out.stdout.strip() or "unknown") + ("+changes" if dirty else "")
 
 
 def spread(values: list[float], fmt: str = ".1f") -> str:

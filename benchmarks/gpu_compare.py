@@ -43,6 +43,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from compare import commit_of, worktree  # noqa: E402  (the CPU comparison's: one git helper)
 
 CHARS = dict(vocab_size=27)
 SHAPES = {  # name -> model config, training batch
@@ -382,19 +384,6 @@ def run_worker(tree: Path, jobs: list[dict], args) -> list[dict]:
         if j["id"] not in rows:
             rows[j["id"]] = dict(id=j["id"], error=f"the worker process ended (exit {code}): {stderr.strip()[-500:]}")
     return [rows[j["id"]] for j in jobs]
-
-
-def worktree(ref: str, where: Path) -> Path:
-    """A detached checkout of ``ref`` (a branch, tag or commit of this repository)."""
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(where), ref], check=True)
-    return where
-
-
-def commit_of(tree: Path) -> str:
-    out = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
-    return (out.stdout.strip() or "unknown") + ("+changes" if dirty else "")
 
 
 def peaks(args) -> dict:

@@ -154,3 +154,15 @@ def test_usage_names_the_module_to_run(cli, module, capsys):
     with pytest.raises(SystemExit):
         cli(["--help"])
     assert capsys.readouterr().out.startswith(f"usage: python -m txl_minimal.{module} ")
+
+
+def test_load_and_evaluate_take_a_run_folder_with_only_its_best_checkpoint(tmp_path):
+    res = train(tiny_cfg(), tiny_train_cfg(tmp_path, max_steps=4, eval_interval=2), synthetic_corpus("abc def "),
+                progress=False)
+    assert res.best_step > 0
+    (tmp_path / "ckpt.pt").unlink()  # the last state gone, the best kept
+    model = load(tmp_path)  # a run folder: its best.pt
+    assert torch.equal(model.out_bias, load_checkpoint(tmp_path / "best.pt")["model"]["out_bias"])
+    with pytest.raises(FileNotFoundError, match="no ckpt.pt.*--last.*drop --last"):
+        evaluate_checkpoint(tmp_path, last=True)
+    assert load("txl-tiny").cfg.n_layer >= 1  # and a shipped name

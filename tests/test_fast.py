@@ -6,7 +6,7 @@ import torch
 
 from txl_minimal import fast, model as model_py
 from txl_minimal.model import rel_shift
-from txl_minimal.train import CompiledSegments, cpu_precision, preset, _device_and_amp
+from txl_minimal.train import CompiledSegments, amp_context, choose_precision, cpu_precision, preset
 from txl_minimal.utils import bf16_speedup
 
 
@@ -240,9 +240,9 @@ def test_auto_precision_picks_bf16_only_where_faster(monkeypatch, capsys, speedu
     cpu_precision.cache_clear()
     monkeypatch.setattr(train_py, "bf16_speedup", lambda *a, **k: speedup)
     model_cfg, cfg = preset("cpu-tiny", device="cpu", out=str(tmp_path))
-    _, autocast, _ = _device_and_amp(cfg, 0, model_cfg)
+    autocast, _ = amp_context(choose_precision(cfg, model_cfg, torch.device("cpu"))["amp"], torch.device("cpu"))
     assert isinstance(autocast, torch.autocast) == (expected == "bf16")
-    _device_and_amp(cfg, 0, model_cfg)  # measured and printed once per size
+    choose_precision(cfg, model_cfg, torch.device("cpu"))  # measured and printed once per size
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and f"{speedup:.2f}x fp32" in out[0]
     assert ("bf16 autocast" in out[0]) == (expected == "bf16")
@@ -253,5 +253,5 @@ def test_amp_off_never_measures(monkeypatch, tmp_path):
     import txl_minimal.train as train_py
     monkeypatch.setattr(train_py, "bf16_speedup", lambda *a, **k: pytest.fail("measured"))
     model_cfg, cfg = preset("cpu-tiny", device="cpu", out=str(tmp_path), amp="off")
-    _, autocast, _ = _device_and_amp(cfg, 0, model_cfg)
+    autocast, _ = amp_context(choose_precision(cfg, model_cfg, torch.device("cpu"))["amp"], torch.device("cpu"))
     assert not isinstance(autocast, torch.autocast)

@@ -331,3 +331,42 @@ def test_compiled_evaluation_gives_the_eager_numbers(tiny_model, monkeypatch):
     assert calls == [{}, dict(mode="reduce-overhead")]
     with pytest.raises(ValueError, match="compile must be None, 'default' or 'reduce-overhead'"):
         evaluate(model, ids, compile=True)
+
+
+# -- after review: what an evaluation keeps, compile errors, FlexAttention's limits ------------------
+
+@pytest.mark.skipif(not train_py._fused_adam_runs("cpu"), reason="no fused Adam on this torch's CPU")
+def test_periodic_valid_bpc_with_fused_adam_is_the_weights_own(tmp_path):
+    """Fused Adam (CUDA's default here) updates the weights in place without bumping their version
+    counters, which the evaluation cache checked: an evaluation whose first segment had the previous
+    one's last shape (whole segments, eval_mem_len 0) reused W_k,R R of older weights, and logged
+    3.7246 for weights that score 3.7223 (cpu-tiny, 100 steps). Entering eval mode now forgets."""
+    from txl_minimal.train import preset
+    from txl_minimal.data import load_corpus
+    corpus = load_corpus("text8-mini")
+    model_cfg, cfg = preset("cpu-tiny", max_steps=20, eval_interval=10, eval_mem_len=0, eval_tokens=2048, amp="off",
+                            adam="fused", out=str(tmp_path))
+    res = train(model_cfg, cfg, corpus, progress=False)
+    fresh = TransformerXL(model_cfg)
+    fresh.load_state_dict(res.model.state_dict())
+    assert res.valid_bpc == pytest.approx(evaluate(fresh, corpus.valid, cfg.eval_batch_size, mem_len=0,
+                                                   max_tokens=2048)["bpc"], abs=1e-6)
+
+
+def test_a_cuda_error_is_not_taken_for_a_compiler_error():
+    """Every CUDA error ends "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions":
+    the word "compile" must not switch compiling off and hide the model's own failure."""
+    cuda = RuntimeError("CUDA error: device-side assert triggered\nCompile with `TORCH_USE_CUDA_DSA` to enable "
+                        "device-side assertions.")
+    assert not train_py._is_compiler_error(cuda)
+    assert train_py._is_compiler_error(RuntimeError("inductor: C++ compile failed"))
+    assert not train_py._is_compiler_error(ValueError("token ids must be in [0, 26]"))
+
+
+def test_flex_attention_is_refused_where_it_cannot_train(tmp_path):
+    with pytest.raises(ValueError, match="attention='explicit'.*Fix"):
+        TrainConfig(flex_attention=True, attention="explicit")
+    with pytest.raises(ValueError, match="CUDA GPU only.*Fix: --set flex_attention=false"):
+        train(tiny_cfg(), tiny_train_cfg(tmp_path / "r", flex_attention=True, device="cpu"),
+              synthetic_corpus("abc def "), progress=False)
+    assert not (tmp_path / "r").exists()  # refused before anything was written

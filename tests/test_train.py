@@ -346,3 +346,14 @@ def test_the_command_line_shortens_a_fallback_and_says_so(tmp_path, monkeypatch,
     main(["--out", str(tmp_path / "b"), "--max-steps", "60", *argv])
     out = capsys.readouterr().out
     assert "shortened" not in out and load_checkpoint(tmp_path / "b" / "ckpt.pt")["step"] == 60
+
+
+def test_a_cli_resume_without_max_steps_goes_on_to_the_runs_own_end(tmp_path, capsys):
+    """A run started with --max-steps 6 and resumed without it ends at 6 (its cosine schedule), not
+    at the preset's 2,000 nor at a fallback's shortened length."""
+    out = str(tmp_path / "r")
+    small = ["--set", "d_model=16", "d_head=8", "d_inner=32", "eval_tokens=64", "eval_interval=2", "amp=off"]
+    main(["--out", out, "--max-steps", "6", "--stop-at", "2", "--no-progress", *small])
+    main(["--out", out, "--resume", "--no-progress", *small])
+    ckpt = load_checkpoint(tmp_path / "r" / "ckpt.pt")
+    assert (ckpt["step"], ckpt["train_config"]["max_steps"]) == (6, 6)

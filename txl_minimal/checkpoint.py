@@ -164,8 +164,9 @@ def save(model: torch.nn.Module, path: str | Path) -> None:
 
 
 def load(path: str | Path, device: str | torch.device = "cpu") -> TransformerXL:
-    """The model in a checkpoint (``save``, a run's ckpt.pt, a shipped .safetensors), in eval mode."""
-    return model_from_checkpoint(load_checkpoint(path, map_location=device), device)
+    """The model in a checkpoint (``save``, a run's ckpt.pt), a run directory (its best.pt, else its
+    ckpt.pt) or a shipped name ("txl"), in eval mode."""
+    return model_from_checkpoint(load_checkpoint(checkpoint_file(path), map_location=device), device)
 
 
 class ConfigMismatch(ValueError):
@@ -384,12 +385,17 @@ def checkpoint_file(target: str | Path, last: bool = False) -> Path:
     if str(target) in NAMES:  # a run directory of that name needs ./ in front
         return PRETRAINED_DIR / f"{target}{SAFETENSORS}"
     path = Path(target)
-    if path.is_dir() and not (path / "ckpt.pt").exists() and (path / "log.csv").exists():
-        raise FileNotFoundError(f"{path} holds a run's log.csv but no ckpt.pt: the run stopped before its first "
-                                "checkpoint (or its weights were deleted), so there is no model to evaluate. "
-                                "Fix: train it (python -m txl_minimal.train --out ... --overwrite), or pass "
-                                "another run's folder.")
-    path = run_checkpoint(path, last) if path.is_dir() else path
+    if path.is_dir():
+        chosen = run_checkpoint(path, last)
+        if not chosen.exists() and (path / "log.csv").exists():
+            if last and (path / BEST).is_file():
+                raise FileNotFoundError(f"{path} has no ckpt.pt (its last state), which --last asks for. Fix: drop "
+                                        "--last to score its best.pt")
+            raise FileNotFoundError(f"{path} holds a run's log.csv but no ckpt.pt or best.pt: the run stopped before "
+                                    "its first checkpoint (or its weights were deleted), so there is no model to "
+                                    "evaluate. Fix: train it (python -m txl_minimal.train --out ... --overwrite), or "
+                                    "pass another run's folder.")
+        path = chosen
     if not path.is_file():
         raise FileNotFoundError(f"nothing to evaluate at {target}: not a shipped model ({', '.join(NAMES)}), "
                                 "a run directory holding ckpt.pt, or a checkpoint file. "

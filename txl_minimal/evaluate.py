@@ -31,7 +31,7 @@ from txl_minimal.checkpoint import (BEST, NAMES, checkpoint_file, checkpoint_voc
                                     model_from_checkpoint, unwrap, vocab_entry)
 from txl_minimal.data import CORPORA, CorpusError, as_ids, load_corpus
 from txl_minimal.model import TransformerXL, TXLOutput
-from txl_minimal.utils import LN2, check_device, default_device, int_at_least, score_name, score_of, terminal_progress
+from txl_minimal.utils import LN2, check_device, int_at_least, score_name, score_of, terminal_progress
 from txl_minimal.validation import as_int
 
 

@@ -350,6 +350,15 @@ def memo(owner: nn.Module, name: str, key: tuple, make):
     return value
 
 
+def forget(model: nn.Module) -> None:
+    """Drop everything an evaluation kept (``memo``, ``kept``, the memory's keys and values). Called
+    when the model enters eval mode (``TransformerXL.train``): the weights may have changed since
+    without a version bump (fused Adam updates them in place without one; so does ``.data``)."""
+    for m in model.modules():
+        for name in [n for n in m.__dict__ if n.startswith("_memo_") or n in ("_memory_kv", "_segment_kv")]:
+            del m.__dict__[name]
+
+
 def kept(owner: nn.Module, name: str, key: tuple, make):
     """``make()``, kept under ``name`` for the next call with the same ``key`` while ``reusing(owner)``
     (the model's R and mask in an evaluation: the same for every segment of a length)."""

@@ -128,6 +128,9 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig.{f.name} must be one of {CHOICES[f.name]}, got {value!r}")
         if not (isinstance(self.compile, bool) or self.compile in COMPILE_MODES):
             raise ValueError(f"TrainConfig.compile must be True or False, or one of {COMPILE_MODES}, got {self.compile!r}")
+        if self.flex_attention and self.attention == "explicit":
+            raise ValueError("TrainConfig.flex_attention is a fast path; attention='explicit' runs model.py's code, "
+                             "which never uses it. Fix: attention='auto' or 'fast', or flex_attention=False")
         if self.min_lr > self.lr:
             raise ValueError(f"TrainConfig.min_lr ({self.min_lr}) must not exceed lr ({self.lr})")
         if self.device != "auto":  # one this machine has: cpu, cuda, cuda:N
@@ -426,8 +429,10 @@ def choose_precision(cfg: TrainConfig, model_cfg: TXLConfig, device: torch.devic
     model's feed-forward size runs >= BF16_MIN_SPEEDUP x fp32 (``cpu_precision``), and the fast paths
     (benchmarks/README.md: 1.35x a training step). On a GPU, a few real training steps of each
     candidate (fp32 and the GPU's low precision, fast and explicit attention), the fastest kept:
-    small models are launch-bound there, and bf16 came out slower than fp32 on an H100.
-    ``recorded``: the choice a checkpoint holds; a resumed "auto" keeps it instead of choosing again.
+    small models are launch-bound there, and bf16 came out slower than fp32 on an H100 (issue 30's
+    run, torch 2.11). The steps are timed eagerly with torch's default Adam: compile (``compile_mode``)
+    and fused Adam, which a CUDA run then uses, change launch counts, not the comparison's purpose.
+    With flex_attention the fast path is kept. ``recorded``: the choice a checkpoint holds; a resumed "auto" keeps it instead of choosing again.
     What "auto" chose is printed with its reason."""
     auto_amp, auto_path = cfg.amp == "auto", cfg.attention == "auto"
     if recorded and (auto_amp or auto_path):
@@ -437,6 +442,8 @@ def choose_precision(cfg: TrainConfig, model_cfg: TXLConfig, device: torch.devic
         return dict(amp=amp, fast_attn=fast_attn, reason=recorded["reason"])
     amp = None if auto_amp else cfg.amp
     fast_attn = None if auto_path else cfg.attention == "fast"
+    if cfg.flex_attention:  # FlexAttention is one of the fast paths
+        fast_attn = True
     if device.type != "cpu" and (amp is None or fast_attn is None):  # measured: real steps
         batch = cfg.batch_size // _distributed()[1]
         amps = [_low_precision(device), "off"] if amp is None else [amp]
@@ -446,7 +453,8 @@ def choose_precision(cfg: TrainConfig, model_cfg: TXLConfig, device: torch.devic
         return dict(amp=amp, fast_attn=fast_attn, reason=reason)
     reason = "as set"  # a CPU: the fast paths (measured once, benchmarks/README.md); bf16 by a matmul
     if amp is None:  # (cpu_precision prints its measurement once per process and size)
-        amp, speedup = cpu_precision(cfg.batch_size * model_cfg.tgt_len, model_cfg.d_model, model_cfg.d_inner)
+        rows = cfg.batch_size // _distributed()[1] * model_cfg.tgt_len  # one rank's rows
+        amp, speedup = cpu_precision(rows, model_cfg.d_model, model_cfg.d_inner)
         reason = f"a bf16 matmul of this model's size runs {speedup:.2f}x fp32 on this CPU"
     return dict(amp=amp, fast_attn=True if fast_attn is None else fast_attn, reason=reason)
 
@@ -478,17 +486,6 @@ def amp_context(amp: str, device: torch.device) -> tuple[contextlib.AbstractCont
 
 def _device(cfg: TrainConfig, local_rank: int) -> torch.device:
     return torch.device(default_device(local_rank) if cfg.device == "auto" else cfg.device)
-
-
-def _device_and_amp(cfg: TrainConfig, local_rank: int, model_cfg: Optional[TXLConfig] = None
-                    ) -> tuple[torch.device, contextlib.AbstractContextManager, torch.amp.GradScaler]:
-    """(device, autocast context, gradient scaler) for cfg.device and cfg.amp (one process)."""
-    device = _device(cfg, local_rank)
-    if model_cfg is None:
-        amp = "off" if cfg.amp == "auto" else cfg.amp
-    else:
-        amp = choose_precision(replace(cfg, attention="fast"), model_cfg, device)["amp"]
-    return (device, *amp_context(amp, device))
 
 
 def _loader(corpus: Corpus, cfg: TrainConfig, tgt_len: int, rank: int, world: int,
@@ -603,10 +600,15 @@ class _LossMeter:
 
 
 def _is_compiler_error(e: Exception) -> bool:
-    """An error of torch.compile's machinery (dynamo, inductor, the C++ toolchain), not of the model."""
+    """An error of torch.compile's machinery (dynamo, inductor, the C++ toolchain), not of the model.
+    A CUDA error is the model's (its message ends "Compile with `TORCH_USE_CUDA_DSA`": no fallback)."""
     module = type(e).__module__ or ""
-    return module.startswith(("torch._dynamo", "torch._inductor")) or isinstance(e, (OSError, RuntimeError)) and (
-        "compile" in str(e).lower() or "inductor" in str(e).lower())
+    if module.startswith(("torch._dynamo", "torch._inductor")):
+        return True
+    text = str(e)
+    if "CUDA error" in text or "device-side assert" in text or isinstance(e, torch.cuda.OutOfMemoryError):
+        return False
+    return isinstance(e, (OSError, RuntimeError)) and ("compile" in text.lower() or "inductor" in text.lower())
 
 
 def _wrap(model: TransformerXL, mode: Optional[str], world: int, device: torch.device) -> torch.nn.Module:
@@ -1076,6 +1078,9 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     ckpt_path = out_dir / LAST
     _claim_out(out_dir, resume, overwrite, rank)
     device = _device(cfg, local)
+    if cfg.flex_attention and device.type != "cuda":  # torch has no FlexAttention backward on a CPU
+        raise ValueError(f"flex_attention=True trains on a CUDA GPU only (torch has no FlexAttention backward on "
+                         f"{device.type}). Fix: --set flex_attention=false, or train on a GPU")
     _init_distributed(device, world, cfg.batch_size)
     # on the CPU: the RNG states must stay CPU tensors, and each part moves its own state to its device
     try:
@@ -1209,6 +1214,15 @@ def _parse_value(key: str, text: str):
         return text
 
 
+def _saved_max_steps(path: Path) -> Optional[int]:
+    """The max_steps a run's checkpoint was trained towards, or None (no readable checkpoint: ``train``
+    then says what is wrong with it)."""
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["train_config"]["max_steps"])
+    except Exception:  # noqa: BLE001 (train() loads it again and names the damage)
+        return None
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """The command line: train a preset, with any field changed by --set KEY=VALUE."""
     p = argparse.ArgumentParser(prog="python -m txl_minimal.train", description=__doc__,
@@ -1246,7 +1260,10 @@ def main(argv: Optional[list[str]] = None) -> None:
             overrides[key] = _parse_value(key, value)
         model_cfg, train_cfg = preset(args.preset, **overrides)
         corpus = None
-        if "max_steps" not in overrides:  # a preset on a smaller corpus than its own: fewer steps, said once
+        saved = _saved_max_steps(Path(train_cfg.out) / LAST) if args.resume and "max_steps" not in overrides else None
+        if saved is not None:  # a resume without --max-steps goes on to the run's own end (its schedule)
+            train_cfg = replace(train_cfg, max_steps=saved)
+        elif "max_steps" not in overrides:  # a preset on a smaller corpus than its own: fewer steps, said once
             corpus = load_corpus(train_cfg.corpus)
             train_cfg, note = sized_to_corpus(args.preset, model_cfg, train_cfg, corpus)
             if note and _distributed()[0] == 0:
