@@ -111,8 +111,8 @@ book: $(VENV)/.book
 # markdown (scripts/codespell_notebooks.py). The lead adds it to `make test` once the tree is clean.
 LINT_PATHS := txl_minimal tests scripts benchmarks book data
 lint: setup
-	$(PY) -m ruff check $(LINT_PATHS)
-	$(PY) -m codespell $(LINT_PATHS) README.md CONTRIBUTING.md
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/codespell $(LINT_PATHS) README.md CONTRIBUTING.md CITATION.cff .github
 	$(PY) scripts/codespell_notebooks.py notebooks
 
 # What only a CUDA GPU can check (tests/gpu; README, "On a GPU"). No venv is made: a GPU machine may have

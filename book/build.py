@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     except subprocess.CalledProcessError as e:
         print(f"make book: Sphinx failed (exit {e.returncode}); its warnings above say where", file=sys.stderr)
         return 1
-    pages = len(list(html.glob("**/*.html")))
+    pages = len([p for p in html.rglob("*.html") if p.relative_to(html).parts[0] != "_static"])
     print(f"book: {pages} pages in {html}/ ({time.perf_counter() - start:.1f} s); open {html / 'index.html'}")
     return 0
 
