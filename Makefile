@@ -6,6 +6,8 @@
 #               runs/notebooks/ (.ipynb and .html)
 #   make test-min  the oldest declared versions (requirements-min.txt) in .venv-min, then pytest tests
 #   make e2e    JupyterLab in a real browser (chromium); skips, saying what to install, without one
+#   make book   the executed notebooks as a static site in build/book/html (nothing re-run; offline)
+#   make lint   ruff and codespell (not yet in `make test`)
 #   make test-gpu  tests/gpu on a CUDA GPU (skipped, in one line, without one); needs no setup step:
 #               the GPU machine's own python3 runs it (scripts/gpu_wheels.sh brings nbclient there)
 
@@ -26,7 +28,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 LAB_ARGS ?=
 LAB_ROOT := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 
-.PHONY: setup lab demo test test-fast test-min test-gpu e2e notebooks benchmark clean
+.PHONY: setup lab demo test test-fast test-min test-gpu e2e book lint notebooks benchmark clean
 
 $(VENV)/.installed: requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -89,8 +91,29 @@ test-min: $(VENV_MIN)/.installed
 
 # JupyterLab driven by chromium through chromium-driver and selenium: notebooks 00 and 05 run
 # through the UI, screenshots in runs/e2e/. `make test` runs it too when a browser is installed.
-e2e: setup $(VENV)/.kernel
+# It also opens the book (make book) and visits every page: tests/e2e/test_book_browser.py.
+e2e: setup $(VENV)/.kernel $(VENV)/.book
 	$(TEST_ENV) $(PY) -m pytest -q -rs -s -p no:cacheprovider tests/e2e
+
+# The book: README (landing page), a package map, CONTRIBUTING and the nine notebooks as built from
+# their stored outputs, by Sphinx + MyST-NB, with MathJax served from the site (book/build.py).
+# Needs only requirements-book.txt (no torch: nothing runs), installed into .venv on first use.
+BOOK_OUT ?= build/book
+$(VENV)/.book: requirements-book.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q $(PIP_ARGS) -r requirements-book.txt
+	touch $@
+
+book: $(VENV)/.book
+	$(PY) book/build.py --out $(BOOK_OUT)
+
+# Lint: ruff (rules in pyproject.toml) over the code, codespell over the code and the notebooks'
+# markdown (scripts/codespell_notebooks.py). The lead adds it to `make test` once the tree is clean.
+LINT_PATHS := txl_minimal tests scripts benchmarks book data
+lint: setup
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/codespell $(LINT_PATHS) README.md CONTRIBUTING.md CITATION.cff .github
+	$(PY) scripts/codespell_notebooks.py notebooks
 
 # What only a CUDA GPU can check (tests/gpu; README, "On a GPU"). No venv is made: a GPU machine may have
 # no network, so its own python (GPU_PY: the venv's if there is one, else python3) runs the tests with

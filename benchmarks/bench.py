@@ -116,7 +116,7 @@ def train_worker(job: dict) -> dict:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     base = memory_bytes(device, peak=False)
-    times = [timed(lambda: step(x, y), device) for x, y in batches]
+    times = [timed(lambda x=x, y=y: step(x, y), device) for x, y in batches]
     peak = memory_bytes(device, peak=True) - base
     step_s = statistics.median(times[job["warmup"]:])
     flops = train_step_flops(cfg, job["batch"])
@@ -174,15 +174,15 @@ def run_eval(s: dict, test, device: torch.device, bar) -> list[dict]:
     rows = []
     for C in s["contexts"]:
         # XL: segments of L tokens, C memories, same_length -> every query sees C keys.
-        xl_run = lambda n: evaluate(xl, test, batch_size=B, tgt_len=L, mem_len=C,  # noqa: E731
-                                    same_length=True, max_tokens=n)
+        xl_run = lambda n, C=C: evaluate(xl, test, batch_size=B, tgt_len=L, mem_len=C,  # noqa: E731
+                                         same_length=True, max_tokens=n)
         # memory is full after ceil(C/L) segments per column; then xl_segments more
         fill = -(-C // L) * L
         xl_rate = steady_rate(xl_run, B * fill, B * (fill + s["xl_segments"] * L), device)
         bar.update()
         # vanilla: the first window scores C positions in one pass; then one pass per prediction
-        van_run = lambda n: sliding_window_eval(vanilla, test, C, max_predictions=n,  # noqa: E731
-                                                batch_size=B)
+        van_run = lambda n, C=C: sliding_window_eval(vanilla, test, C, max_predictions=n,  # noqa: E731
+                                                     batch_size=B)
         van_rate = steady_rate(van_run, C, C + s["vanilla_preds"], device)
         bar.update()
         rows.append(dict(context=C, xl_pred_per_s=xl_rate, vanilla_pred_per_s=van_rate,

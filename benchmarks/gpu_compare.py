@@ -220,7 +220,8 @@ def eval_job(job):
     if v.get("ids_each_call"):  # every segment checked again, as model(...) does
         from txl_minimal import validation
         plain = model.segment
-        model.segment = lambda t, m=None, y=None, *a, **k: (validation.check_inputs(model, t, m, y), plain(t, m, y, *a, **k))[1]
+        model.segment = lambda t, m=None, y=None, *a, **k: (validation.check_inputs(model, t, m, y),
+                                                            plain(t, m, y, *a, **k))[1]
     amp = autocast(job["precision"])
 
     def run(n):
@@ -415,8 +416,9 @@ def summarise(jobs: list[dict], rows: dict[int, list[dict]], peak: dict, flops: 
         res = dict(shape=j["shape"], precision=j["precision"], mode=j["mode"], tree=j["tree"], variant=j["name"],
                    unit="tokens/s" if j["mode"] == "train" else "predictions/s", rates=rates,
                    median=statistics.median(rates) if rates else None,
-                   peak_mib=statistics.median([r["peak_mib"] for r in got]) if got and got[0].get("peak_mib") is not None
-                   else None, error=errors[0] if errors else None)
+                   peak_mib=(statistics.median([r["peak_mib"] for r in got])
+                             if got and got[0].get("peak_mib") is not None else None),
+                   error=errors[0] if errors else None)
         if j["mode"] == "train" and rates:
             per_token = flops[j["shape"]] / (j["batch"] * j["model"]["tgt_len"])
             res["mfu"] = [rate * per_token / (peak["peaks_tflops"][j["precision"]] * 1e12) for rate in rates]
@@ -461,7 +463,8 @@ def main(argv=None) -> dict:
     p.add_argument("--base-tree", help="a checkout on disk to compare against, instead of --base")
     p.add_argument("--device", default="cuda", help="cuda (default), cuda:1, or cpu (--quick smoke test)")
     p.add_argument("--quick", action="store_true", help="tiny shapes, 1 repetition, few steps (a smoke test)")
-    p.add_argument("--shapes", nargs="+", help=f"default: all ({', '.join(SHAPES)}; --quick: {', '.join(QUICK_SHAPES)})")
+    p.add_argument("--shapes", nargs="+",
+                   help=f"default: all ({', '.join(SHAPES)}; --quick: {', '.join(QUICK_SHAPES)})")
     p.add_argument("--precisions", nargs="+", choices=PRECISIONS, help="default: fp32 tf32 bf16 (a CPU: fp32)")
     p.add_argument("--modes", nargs="+", choices=("train", "eval"), default=["train", "eval"])
     p.add_argument("--levers", nargs="+", help=f"default: all on CUDA ({', '.join(LEVERS)}), {', '.join(CPU_LEVERS)} "

@@ -65,7 +65,7 @@ def main(argv=None) -> dict:
     for name, values in bpc.items():
         print(f"  {name:8s} " + "  ".join(f"{v:.4f}" for v in values) +
               f"   mean {statistics.mean(values):.4f}, seed spread (max-min) {spread[name]:.4f}")
-    print(f"  fast - explicit per seed: " + "  ".join(f"{d:+.4f}" for d in diffs) +
+    print("  fast - explicit per seed: " + "  ".join(f"{d:+.4f}" for d in diffs) +
           f"   mean {statistics.mean(diffs):+.4f}")
     same = abs(statistics.mean(diffs)) <= max(spread.values())
     print(f"  mean difference {'within' if same else 'OUTSIDE'} the seed spread ({max(spread.values()):.4f})")

@@ -25,7 +25,6 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from txl_minimal.model import TransformerXL, TXLConfig
@@ -89,7 +88,8 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python scripts/long_range.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=STEPS)
-    p.add_argument("--out", type=Path, default=OUT, help="writes OUT/long_range.json and OUT/long_range/NAME.safetensors")
+    p.add_argument("--out", type=Path, default=OUT,
+                   help="writes OUT/long_range.json and OUT/long_range/NAME.safetensors")
     p.add_argument("--only", nargs="+", choices=list(RUNS), help="train only these (others kept from the JSON)")
     p.add_argument("--eval-tokens", type=int, default=200_000)
     args = p.parse_args()

@@ -61,7 +61,8 @@ def main() -> None:
     result = {"corpus": corpus.name, "params": model.num_params(), "steps": args.steps, "batch_size": BATCH,
               "tgt_len": TGT_LEN, "lr": LR, "warmup_steps": WARMUP, "train_s": round(train_s, 1),
               "threads": args.threads, "torch": torch.__version__, "machine": platform.machine(),
-              "valid_bpc": round(stream_bpc(model, corpus.valid), 4), "test_bpc": round(stream_bpc(model, corpus.test), 4)}
+              "valid_bpc": round(stream_bpc(model, corpus.valid), 4),
+              "test_bpc": round(stream_bpc(model, corpus.test), 4)}
     atomic_write(args.out / "lstm.json", lambda f: f.write((json.dumps(result, indent=1) + "\n").encode()))
     print(json.dumps(result, indent=1))
 

@@ -16,7 +16,8 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
+from collections.abc import Callable
 
 
 def run_notebook(src: str | Path, dst: Optional[str | Path] = None, cwd: Optional[str | Path] = None,

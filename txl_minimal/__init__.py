@@ -58,7 +58,7 @@ _LAZY = {"TrainConfig": "train", "preset": "train", "save": "checkpoint", "load"
          "read_segments": "evaluate", "sliding_window_eval": "evaluate", "load_pretrained": "pretrained"}
 
 __all__ = ["TXLConfig", "TXLOutput", "TransformerXL", "VOCAB", "VOCAB_SIZE", "Corpus",
-           "LMOrderedIterator", "as_ids", "decode", "encode", "generate_text", "load_corpus", *_LAZY]
+           "LMOrderedIterator", "as_ids", "decode", "encode", "generate_text", "load_corpus"] + list(_LAZY)
 __version__ = "0.1.0"
 
 

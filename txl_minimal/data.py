@@ -27,7 +27,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -239,7 +239,7 @@ def _download_text8(src: Text8Source, data_dir: Path, opener: Callable, timeout:
         sha = hashlib.sha256(tmp.read_bytes()).hexdigest()
         if sha != src.zip_sha256:  # only a warning: a re-zipped but identical text8 is fine
             warnings.warn(f"text8.zip SHA-256 is {sha}, expected {src.zip_sha256}; "
-                          "checking the unzipped content instead")
+                          "checking the unzipped content instead", stacklevel=2)
         return _unzip_and_check(tmp, src, data_dir, f"the file downloaded from {src.url}")
 
     return _download(src.url, data_dir / "text8.zip", opener, timeout, progress, src.zip_bytes,
@@ -434,7 +434,8 @@ def _check_wikitext_zip(path: Path, src: WikiTextSource, d: Path, what: str,
                           + _wikitext_hint(d, src, placed))
     sha = hashlib.sha256(raw).hexdigest()
     if sha != src.zip_sha256:
-        warnings.warn(f"{src.zip_name}: the MD5 matches but the SHA-256 is {sha}, not {src.zip_sha256}")
+        warnings.warn(f"{src.zip_name}: the MD5 matches but the SHA-256 is {sha}, not {src.zip_sha256}",
+                      stacklevel=2)
     try:
         with zipfile.ZipFile(path) as zf:
             return [zf.read(f"{src.folder}/wiki.{split}.tokens").decode("utf-8").splitlines()

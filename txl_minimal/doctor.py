@@ -26,7 +26,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
+from collections.abc import Callable
 
 import torch
 
@@ -342,7 +343,9 @@ def imports_txl_minimal(python: str) -> Optional[str]:
         run = subprocess.run([python, "-c", "import txl_minimal"], capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"{type(e).__name__}: {e}"
-    return None if run.returncode == 0 else (run.stderr.strip().splitlines() or ["exit status " + str(run.returncode)])[-1]
+    if run.returncode == 0:
+        return None
+    return (run.stderr.strip().splitlines() or ["exit status " + str(run.returncode)])[-1]
 
 
 def check_jupyter() -> list[Finding]:

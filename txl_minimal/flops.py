@@ -14,7 +14,8 @@ A multiply-add counts as 2 FLOPs; elementwise work (softmax, masks, LayerNorm,
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Optional
+from collections.abc import Sequence
 
 from txl_minimal.model import TXLConfig
 

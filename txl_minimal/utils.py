@@ -12,7 +12,8 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO
+from collections.abc import Callable
 
 import numpy as np
 import torch

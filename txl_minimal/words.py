@@ -14,7 +14,8 @@ Words the vocabulary does not keep (count < ``min_freq`` or beyond ``max_size``)
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable, Optional
+from typing import Optional
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -54,7 +55,7 @@ class Vocab:
             self._add(sym)
 
     @classmethod
-    def from_symbols(cls, symbols: Iterable[str], **kwargs) -> "Vocab":
+    def from_symbols(cls, symbols: Iterable[str], **kwargs) -> Vocab:
         """A vocabulary with exactly these symbols, in this order (a cached vocab file)."""
         vocab = cls(**kwargs)
         for sym in symbols:

@@ -1,0 +1,200 @@
+"""`make book`: the staging of book/build.py, and the built site read as HTML (no browser).
+
+The browser's view (formulas typeset, images drawn, links followed) is tests/e2e/test_book_browser.py.
+The site tests skip, in one line, without requirements-book.txt's packages (`make book` installs them).
+"""
+from __future__ import annotations
+
+import copy
+import json
+from html.parser import HTMLParser
+
+import pytest
+
+from book_site import INSTALL, ROOT, build, built_site, count_math, missing_packages, notebook_facts, site_pages
+
+NOTEBOOKS = build.notebooks()
+NB05 = next(p for p in NOTEBOOKS if p.name.startswith("05_"))
+
+
+# --- staging (no Sphinx needed) ---
+
+def test_links_to_pages_stay_in_the_site_and_other_files_go_to_github():
+    pages = build.link_pages()
+    text = ("[a](notebooks/05_attention_over_memory.ipynb) [b](txl_minimal/model.py#L3) [c](tests/gpu) "
+            "[d](CONTRIBUTING.md) [e](https://arxiv.org/abs/1901.02860) [f](#layout) [g](.github/ISSUE_TEMPLATE/)")
+    out = build.rewrite_links(text, "README.md", pages, "index.md")
+    assert out == ("[a](notebooks/05_attention_over_memory.ipynb) "
+                   "[b](https://github.com/txl-tutorial/txl-tutorial/blob/main/txl_minimal/model.py#L3) "
+                   "[c](https://github.com/txl-tutorial/txl-tutorial/tree/main/tests/gpu) [d](contributing.md) "
+                   "[e](https://arxiv.org/abs/1901.02860) [f](#layout) "
+                   "[g](https://github.com/txl-tutorial/txl-tutorial/tree/main/.github/ISSUE_TEMPLATE)")
+    # from a notebook, relative to notebooks/
+    page = "notebooks/05_attention_over_memory.ipynb"
+    nb = build.rewrite_links("[r](../README.md) [s](06_context_usage.ipynb) [t](../txl_minimal/)", page, pages, page)
+    assert nb == ("[r](../index.md) [s](06_context_usage.ipynb) "
+                  "[t](https://github.com/txl-tutorial/txl-tutorial/tree/main/txl_minimal)")
+
+
+def test_the_colab_badge_image_comes_from_the_site_and_its_link_stays():
+    cell = f"[![Open In Colab]({build.COLAB_BADGE})](https://colab.research.google.com/github/x/y/blob/main/n.ipynb)"
+    page = "notebooks/n.ipynb"
+    out = build.local_badge(build.rewrite_links(cell, page, {}, page), page)
+    assert out == "[![Open In Colab](../colab-badge.svg)](https://colab.research.google.com/github/x/y/blob/main/n.ipynb)"
+
+
+def test_the_explorer_becomes_its_stored_figure_under_a_line_saying_it_is_live_in_jupyter():
+    nb = json.loads(NB05.read_text(encoding="utf-8"))
+    before = copy.deepcopy(nb)
+    assert build.static_widgets(nb) == notebook_facts(NB05)["widgets"] == 1
+    assert "widgets" not in nb["metadata"]  # no widget state: no widget JavaScript is asked for
+    outs = [(i, o) for i, c in enumerate(nb["cells"]) for o in c.get("outputs", [])]
+    assert not [i for i, o in outs if build.WIDGET_MIME in o.get("data", {})]
+    i, note = next((i, o) for i, o in outs if "text/markdown" in o.get("data", {}))
+    assert note["data"]["text/markdown"].startswith("**Live in Jupyter:**")
+    assert "layer = 2, head = 2, query = " in note["data"]["text/markdown"]  # the sliders as stored
+    after_note = [o for j, o in outs if j == i]
+    assert "image/png" in after_note[after_note.index(note) + 1]["data"]  # the figure follows the line
+    # every other cell is unchanged
+    others = [j for j in range(len(nb["cells"])) if j != i]
+    assert [nb["cells"][j] for j in others] == [before["cells"][j] for j in others]
+
+
+def test_a_widget_without_stored_state_still_gets_the_line():
+    widget = {"output_type": "display_data", "metadata": {},
+              "data": {build.WIDGET_MIME: {"model_id": "x"}, "text/plain": "w"}}
+    nb = {"metadata": {}, "cells": [{"cell_type": "code", "source": "", "metadata": {}, "outputs": [widget]}]}
+    assert build.static_widgets(nb) == 1
+    assert [o["data"] for o in nb["cells"][0]["outputs"]] == [{"text/markdown": build.widget_note([])}]
+
+
+def test_cells_folded_in_jupyterlab_are_folded_on_the_site():
+    nb = json.loads(NOTEBOOKS[0].read_text(encoding="utf-8"))
+    assert nb["cells"][1]["metadata"]["jupyter"]["source_hidden"]  # the Colab set-up cell
+    build.fold_hidden(nb)
+    assert nb["cells"][1]["metadata"]["tags"] == ["hide-input"]
+    assert not any("hide-input" in c["metadata"].get("tags", []) for c in nb["cells"][2:])
+
+
+@pytest.mark.parametrize("markdown, n", [
+    ("$a$ and $$b$$", 2), ("`$not$` and ```\n$$no$$\n```\n$x_1$", 1), (r"costs \$5 and \$6", 0),
+    ("$$\na = b\n$$\n\n$c$", 2), ("$a\n\nb$", 0), ("$x$, $$y$$ inline, `$z$`", 2)])
+def test_count_math_counts_formulas_outside_code(markdown, n):
+    assert count_math(markdown) == n
+
+
+# --- the built site, read as HTML ---
+
+class Page(HTMLParser):
+    """What the tests read in a page: resources, links, ids, folded answers, formulas in the article."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.resources, self.links, self.ids, self.details, self.images = [], [], set(), [], []
+        self.math, self._article, self.text = 0, False, []
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "id" in a:
+            self.ids.add(a["id"])
+        if tag == "article":
+            self._article = True
+        if tag == "script" and a.get("src"):
+            self.resources.append(a["src"])
+        if tag == "link" and a.get("rel") in ("stylesheet", "preload", "icon") and a.get("href"):
+            self.resources.append(a["href"])
+        if tag == "img":
+            self.resources.append(a.get("src", ""))
+            self.images.append(a.get("src", ""))
+        if tag == "a" and a.get("href"):
+            self.links.append(a["href"])
+        if tag == "details":
+            self.details.append(a)
+        if self._article and tag in ("span", "div") and "math" in (a.get("class") or "").split():
+            self.math += 1
+
+    def handle_endtag(self, tag):
+        if tag == "article":
+            self._article = False
+
+    def handle_data(self, data):
+        if self._article:
+            self.text.append(data)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    if missing := missing_packages():
+        pytest.skip(f"book not built: no {', '.join(missing)}; to build it: {INSTALL}")
+    committed = {p: p.read_bytes() for p in (ROOT / "notebooks").glob("*.ipynb")}
+    html = built_site(tmp_path_factory)
+    # nothing is re-run or written back: the notebooks are as committed
+    assert {p: p.read_bytes() for p in (ROOT / "notebooks").glob("*.ipynb")} == committed
+    return html, {page: Page((html / page).read_text(encoding="utf-8")) for page in site_pages(html)}
+
+
+def test_the_site_has_the_landing_page_the_package_map_and_every_notebook(site):
+    html, pages = site
+    notebook_pages = {notebook_facts(p)["page"] for p in NOTEBOOKS}
+    assert {"index.html", "package_map.html", "contributing.html"} | notebook_pages <= set(pages)
+    assert len(notebook_pages) == len(NOTEBOOKS) == 9
+    index = " ".join(pages["index.html"].text)
+    assert "Transformer-XL in five lines" in index and "Layout" in index  # the README, whole
+    package_map = " ".join(pages["package_map.html"].text)
+    for module in ("model.py", "fast.py", "train.py", "tutorial/plotting.py"):
+        assert f"txl_minimal/{module}" in package_map
+    assert build.module_summary(ROOT / "txl_minimal" / "model.py") in package_map
+
+
+def test_every_resource_comes_from_the_site_itself(site):
+    html, pages = site
+    remote = {page: [r for r in p.resources if "//" in r] for page, p in pages.items()}
+    assert not {page: r for page, r in remote.items() if r}, "a page loads something from another host"
+    missing = {page: [r for r in p.resources if not (html / page).parent.joinpath(r.split("?")[0]).is_file()]
+               for page, p in pages.items()}
+    assert not {page: m for page, m in missing.items() if m}, "resources missing from the site"
+    assert (html / "_static" / "mathjax" / "tex-chtml.js").is_file()
+    assert list((html / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").glob("*.woff"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+def test_each_notebook_page_shows_its_formulas_figures_folded_answers_and_colab_link(site, path):
+    html, pages = site
+    facts = notebook_facts(path)
+    page = pages[facts["page"]]
+    assert page.math == facts["math"] > 0, "a formula of the notebook is not math on the page"
+    # its own figures, the explorer's (notebook 05) and the Colab badge; all are files of the site
+    figures = [i for i in page.images if "/_images/" in "/" + i and not i.endswith("colab-badge.svg")]
+    assert len(figures) == facts["figures"] + facts["widgets"], (len(figures), facts)
+    assert page.links.count(facts["colab"]) >= 2  # the badge of its first cell and the header's button
+    answers = [d for d in page.details if "class" not in d]  # the "Why?" and exercise answers
+    assert len(answers) == facts["details"] > 0 and not [d for d in answers if "open" in d]
+    if facts["widgets"]:
+        assert "Live in Jupyter:" in " ".join(page.text)
+
+
+def test_internal_links_lead_to_pages_and_anchors_and_github_links_to_files_that_exist(site):
+    html, pages = site
+    broken = []
+    for name, page in pages.items():
+        for link in page.links:
+            if link.startswith("https://github.com/txl-tutorial/txl-tutorial/"):
+                parts = link.split("#")[0].split("/")
+                if len(parts) > 7 and parts[5] in ("blob", "tree") and not (ROOT / "/".join(parts[7:])).exists():
+                    broken.append((name, link))
+            elif "//" not in link and not link.startswith("mailto:"):
+                target, _, anchor = link.partition("#")
+                file = ((html / name).parent / target).resolve() if target else html / name
+                rel = file.relative_to(html.resolve()).as_posix() if target else name
+                if not file.is_file():
+                    broken.append((name, link))
+                elif anchor and rel in pages and anchor not in pages[rel].ids:
+                    broken.append((name, link))
+    assert not broken
+
+
+def test_the_pages_workflow_publishes_what_make_book_builds():
+    workflow = (ROOT / ".github" / "workflows" / "book.yml").read_text(encoding="utf-8")
+    assert "make book" in workflow and "path: build/book/html" in workflow
+    assert "actions/deploy-pages" in workflow
