@@ -14,7 +14,7 @@ import pytest
 from txl_minimal.tutorial import plotting
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9]*.ipynb"))
-MARKDOWN_BUDGET = 68_000  # characters of markdown in 00-07 together
+MARKDOWN_BUDGET = 70_000  # characters of markdown in 00-07 together
 OWN_BUDGETS = {"08": 9_000}  # notebooks added later get a budget of their own
 
 

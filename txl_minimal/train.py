@@ -678,8 +678,8 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     batches = itertools.islice(iter(loader), segment, None)  # resume: skip what was read
     model = _wrap(raw, cfg, world, device)
     log = CSVLog(out_dir / "log.csv", resume, step, write=rank == 0)
-    bar = tqdm(total=cfg.max_steps, initial=step, disable=not progress or rank != 0,
-               mininterval=1.0, dynamic_ncols=True)
+    quiet = {} if progress and rank == 0 else {"disable": True}  # shown: TQDM_DISABLE=1 still hides it
+    bar = tqdm(total=cfg.max_steps, initial=step, mininterval=1.0, dynamic_ncols=True, **quiet)
     tokens_per_step = cfg.batch_size * model_cfg.tgt_len
     losses, t_train, n_tok, valid_bpc, train_bpc, tok_s = [], 0.0, 0, float("nan"), float("nan"), 0.0
     t_wall = time.perf_counter()
