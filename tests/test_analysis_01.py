@@ -68,3 +68,28 @@ def test_throughput_counts_predictions_per_second():
     assert set(rate) == {"a", "b"} and all(r > 0 for r in rate.values())
     with pytest.raises(ValueError):
         analysis.throughput(runs, repeats=0)
+
+
+def test_throughput_shows_a_bar_only_when_asked(monkeypatch):
+    bars = []
+
+    class Bar:  # records what throughput asks of tqdm (TQDM_DISABLE=1 in the tests hides a real one)
+        def __init__(self, **kwargs):
+            self.kwargs, self.ticks = kwargs, 0
+            bars.append(self)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update(self, n):
+            self.ticks += n
+
+    monkeypatch.setattr(analysis, "tqdm", Bar)
+    runs = {"a": (lambda: None, 1), "b": (lambda: None, 1)}
+    analysis.throughput(runs, repeats=3)
+    analysis.throughput(runs, repeats=3, progress=True)
+    assert bars[0].kwargs.get("disable") is True and "disable" not in bars[1].kwargs
+    assert [b.ticks for b in bars] == [6, 6] and bars[1].kwargs["total"] == 6  # one tick per timed run

@@ -16,7 +16,10 @@ CHECKS = [(exercises.check_mask, solutions.mask), (exercises.check_rel_shift, so
           (exercises.check_relative_encoding, solutions.relative_encoding),
           (exercises.check_sliding_cost, solutions.sliding_cost),
           (exercises.check_context_range, solutions.context_range),
+          (exercises.check_rel_shift_prediction, solutions.rel_shift_prediction),
           (exercises.check_shaw_score, solutions.shaw_score),
+          (exercises.check_shaw_far_keys, solutions.shaw_far_keys),
+          (exercises.check_distinct_position_bias, solutions.distinct_position_bias),
           (exercises.check_position_bias, solutions.position_bias),
           (exercises.check_memory_shape, solutions.memory_shape),
           (exercises.check_lr, solutions.lr), (exercises.check_param_count, solutions.param_count),
@@ -34,6 +37,9 @@ WRONG = [
     (exercises.check_rel_shift, lambda x: x),  # no shift at all
     (exercises.check_rel_shift, lambda x: x.flip(-1)),  # distances reversed, not shifted
     (exercises.check_rel_shift, lambda x: rel_shift(x)[..., :-1]),  # wrong shape
+    (exercises.check_rel_shift_prediction, [[3, 0, 0], [5, 6, 0], [7, 8, 9]]),  # leftovers taken for zeros
+    (exercises.check_rel_shift_prediction, [[3, 2, 1], [6, 5, 4], [9, 8, 7]]),  # rows reversed, not shifted
+    (exercises.check_rel_shift_prediction, [[3], [5, 6], [7, 8, 9]]),  # the visible entries alone
     (exercises.check_reach, lambda n, L, M, i: n * M + i),  # right only when M is a multiple of L
     (exercises.check_reach, lambda n, L, M, i: n * L),
     (exercises.check_reach, lambda n, L, M, i: 1 / 0),  # a bug in the answer
@@ -46,6 +52,11 @@ WRONG = [
     (exercises.check_context_range, lambda L, M: (1, L)),  # the memory forgotten
     (exercises.check_shaw_score, lambda q, t, k: solutions.shaw_score(q, t, k).flip(-1)),
     (exercises.check_shaw_score, lambda q, t, k: q @ t[:k].T if t.size(0) >= k else q @ t.T),  # no shift
+    (exercises.check_shaw_far_keys, 223),  # distance 32 itself forgotten: it reads the last row too
+    (exercises.check_shaw_far_keys, 33),  # the table's rows, not the keys
+    (exercises.check_shaw_far_keys, 224.5),
+    (exercises.check_distinct_position_bias, 128 * 256),  # every entry, as if (d) held content
+    (exercises.check_distinct_position_bias, 128),  # the segment's distances only
     (exercises.check_position_bias, lambda m, l, d: solutions.position_bias(m, l, d).flip(-1)),  # R_d .. R_0
     (exercises.check_position_bias, lambda m, l, d: solutions.position_bias(m, 0, d)),  # always layer 0
     (exercises.check_memory_shape, lambda B, L, M, d, n: (B, M, d)),  # full from the first segment on
@@ -110,6 +121,9 @@ def test_a_standard_error_with_either_divisor_passes():
     for ddof in (0, 1):
         assert exercises.check_paired_gain(
             lambda a, b, ddof=ddof: (float((a - b).mean()), float((a - b).std(ddof=ddof) / math.sqrt(a.size)))) is True
+
+
+VALUE_PREDICTIONS = {"check_rel_shift_prediction", "check_shaw_far_keys", "check_distinct_position_bias"}
 
 
 @pytest.mark.parametrize("check,answer", CHECKS, ids=lambda f: getattr(f, "__name__", "lambda"))
@@ -177,6 +191,23 @@ def _as_numpy(x):
 @pytest.mark.parametrize("check,answer", CHECKS, ids=lambda f: getattr(f, "__name__", "lambda"))
 def test_right_answers_in_float64_or_numpy_pass(check, answer, convert, capsys):
     assert check(lambda *args: convert(answer(*args))) is True, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("check,answer", [(c, a) for c, a in CHECKS if c.__name__ in VALUE_PREDICTIONS],
+                         ids=lambda f: getattr(f, "__name__", "value"))
+def test_a_prediction_is_accepted_as_a_plain_value(check, answer, capsys):
+    # a student types the predicted value itself (a number, a nested list), not a function
+    assert check(answer()) is True
+    assert check(np.asarray(answer())) is True
+    assert check(None) is None
+    assert capsys.readouterr().out.count("not attempted yet") == 1
+
+
+def test_a_wrong_prediction_names_the_first_difference(capsys):
+    assert exercises.check_rel_shift_prediction([[3, 0, 0], [5, 6, 0], [7, 8, 9]]) is False
+    assert "the first at index (0, 2): 0, expected 4" in capsys.readouterr().out
+    assert exercises.check_shaw_far_keys(223) is False
+    assert "223 (int), expected 224" in capsys.readouterr().out
 
 
 def test_a_rejection_says_what_differs(capsys):

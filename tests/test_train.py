@@ -122,6 +122,23 @@ def test_resume_with_other_config_fails_clearly(tmp_path):
         train(tiny_cfg(), tiny_train_cfg(tmp_path / "none"), corpus, resume=True, progress=False)
 
 
+def test_progress_leaves_tqdm_disable_in_force(tmp_path, monkeypatch):
+    """progress=True asks for the bar without forcing it on: TQDM_DISABLE=1 (the notebooks'
+    test environment) still hides it; progress=False always does."""
+    import txl_minimal.train as train_module
+    asked, real = [], train_module.tqdm
+
+    def recording_tqdm(*args, **kwargs):
+        asked.append(kwargs)
+        return real(*args, **{**kwargs, "disable": True})
+
+    monkeypatch.setattr(train_module, "tqdm", recording_tqdm)
+    corpus = synthetic_corpus("abc def ")
+    for name, progress in (("on", True), ("off", False)):
+        train(tiny_cfg(), tiny_train_cfg(tmp_path / name, max_steps=2, eval_interval=2), corpus, progress=progress)
+    assert "disable" not in asked[0] and asked[1]["disable"] is True
+
+
 def test_checkpoint_records_the_corpus_really_read(tmp_path, monkeypatch):
     """$TXL_CORPUS overrides cfg.corpus; the checkpoint must name what was trained on,
     and resuming on other data must fail."""

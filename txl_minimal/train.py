@@ -1123,8 +1123,8 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     model = _wrap(raw, mode, world, device)
     _replace_old_run(out_dir, overwrite, rank)  # every check passed: only now is an old run replaced
     log = CSVLog(out_dir / "log.csv", resume, step, write=rank == 0)
-    bar = tqdm(total=cfg.max_steps, initial=step, disable=not progress or rank != 0,
-               mininterval=1.0, dynamic_ncols=True)
+    quiet = {} if progress and rank == 0 else {"disable": True}  # shown: TQDM_DISABLE=1 still hides it
+    bar = tqdm(total=cfg.max_steps, initial=step, mininterval=1.0, dynamic_ncols=True, **quiet)
     tokens_per_step = cfg.batch_size * model_cfg.tgt_len
     losses, t_train, n_tok, valid_bpc, train_bpc, tok_s = _LossMeter(), 0.0, 0, float("nan"), float("nan"), 0.0
     t_wall = time.perf_counter()

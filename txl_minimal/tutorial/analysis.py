@@ -31,6 +31,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from ..data import as_ids
 from ..evaluate import evaluate as evaluate_segments, read_segments
@@ -441,22 +442,26 @@ def segment_position_nll(model: TransformerXL, data, tgt_len: Optional[int] = No
     return torch.stack([out.nll[0] for _, out in segments]).cpu()
 
 
-def throughput(runs: dict, repeats: int = 3) -> dict:
+def throughput(runs: dict, repeats: int = 3, progress: bool = False) -> dict:
     """Predictions per second of named runs: ``{name: (fn, n_predictions)}`` ->
     ``{name: n_predictions / fastest time of fn()}``.
 
     The runs are interleaved (a, b, ..., a, b, ...) ``repeats`` times and the
     fastest time of each is kept, so a slow spell on a shared machine slows
     every run rather than one of them, and ratios between runs stay meaningful.
+    ``progress``: a bar on stderr, one tick per timed run (outside the timed region).
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     best = {name: math.inf for name in runs}
-    for _ in range(repeats):
-        for name, (fn, _n) in runs.items():
-            t0 = time.perf_counter()
-            fn()
-            best[name] = min(best[name], time.perf_counter() - t0)
+    quiet = {} if progress else {"disable": True}  # with progress, TQDM_DISABLE=1 still silences it (tests)
+    with tqdm(total=repeats * len(runs), desc="timing", leave=False, **quiet) as bar:
+        for _ in range(repeats):
+            for name, (fn, _n) in runs.items():
+                t0 = time.perf_counter()
+                fn()
+                best[name] = min(best[name], time.perf_counter() - t0)
+                bar.update(1)
     return {name: n / max(best[name], 1e-12) for name, (_fn, n) in runs.items()}
 
 

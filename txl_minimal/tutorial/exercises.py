@@ -1,7 +1,9 @@
 """Checkers for the notebooks' exercises: ``check_*(answer)`` says whether an answer is right.
 
 Each takes the function a student wrote in the exercise cell and tries it on several
-settings against the package's own computation. It prints one line and returns True
+settings against the package's own computation; a prediction checker (``check_rel_shift_prediction``,
+``check_shaw_far_keys``, ``check_distinct_position_bias``) takes the predicted value itself and
+compares it with what the package computes. It prints one line and returns True
 (right), False (wrong: the first setting where it differs) or None (not attempted yet:
 the function is missing or still returns None), and raises nothing, so that a notebook
 with untouched exercise cells runs from top to bottom. Worked answers: ``solutions.py``.
@@ -16,7 +18,7 @@ import torch
 
 from txl_minimal.adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax, tie
 from txl_minimal.evaluate import sliding_window_eval
-from txl_minimal.model import TransformerXL, TXLConfig, attention_mask
+from txl_minimal.model import TransformerXL, TXLConfig, attention_mask, rel_shift
 from txl_minimal.train import TrainConfig, lr_at
 from txl_minimal.tutorial.analysis import dependency_reach, influence_span, position_bias
 from txl_minimal.tutorial.attention_maps import mean_attention_distance, normalized_entropy
@@ -102,17 +104,21 @@ def _show(x) -> str:
     return repr(x)
 
 
-def _check(name: str, answer: Optional[Callable], cases: Iterable[Case],
+def _check(name: str, answer, cases: Iterable[Case],
            view: Optional[Callable] = None) -> Optional[bool]:
-    """Run ``answer`` on every case; ``view`` (or a case's own) picks the part of a result compared."""
-    if answer is not None and not callable(answer):  # check_mask(mask(4, 3, 3, False)): a result, not the function
+    """Run ``answer`` on every case; ``view`` (or a case's own) picks the part of a result compared.
+    A prediction checker passes one case without arguments: its ``answer`` is then the predicted
+    value itself (or a function of no arguments that returns it)."""
+    cases = list(cases)
+    if answer is not None and not callable(answer) and any(args for args, *_ in cases):
+        # check_mask(mask(4, 3, 3, False)): a result, where the checker calls a function on its cases
         print(f"{name}: not yet: pass the function itself, {name}(your_function), not what it returns "
               f"(got a {type(answer).__name__})")
         return False
     for args, want, where, *own in cases:
         part = own[0] if own else view or (lambda x: x)
-        try:
-            got = None if answer is None else answer(*args)
+        try:  # a function is called on the case; a prediction (a number, a list) is the answer itself
+            got = None if answer is None else answer(*args) if callable(answer) else answer
         except Exception as e:  # a student's bug is a wrong answer, not a crash of the checker
             print(f"{name}: not yet: {where} raised {type(e).__name__}: {e}")
             return False
@@ -192,6 +198,15 @@ def check_rel_shift(answer: Optional[Callable]) -> Optional[bool]:
     return _check("check_rel_shift", answer, cases)
 
 
+def check_rel_shift_prediction(prediction) -> Optional[bool]:
+    """``prediction``: all nine entries of ``rel_shift(x)`` for x = [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    (qlen = klen = 3, no memory), the entries the mask hides included: what the pad and the two
+    reshapes leave there. Compared with ``model.rel_shift``; any nested list, array or tensor."""
+    x = torch.arange(1.0, 10.0).view(3, 3)
+    where = "x = [[1, 2, 3], [4, 5, 6], [7, 8, 9]] (entries j > i are hidden by the mask but written all the same)"
+    return _check("check_rel_shift_prediction", prediction, [((), rel_shift(x).long(), where)])
+
+
 def check_reach(answer: Optional[Callable]) -> Optional[bool]:
     """``answer(n_layer, seg_len, mem_len, i)`` -> how many tokens before it the output at
     position i of a segment (0-based) can depend on, with enough text before it."""
@@ -261,6 +276,34 @@ def check_shaw_score(answer: Optional[Callable]) -> Optional[bool]:
         cases.append(((q, att.r_emb.detach().clone(), klen), want, f"qlen={qlen}, mlen={mlen}, max_dist={max_dist}",
                       _visible(~attention_mask(qlen, mlen, False, mlen))))
     return _check("check_shaw_score", answer, cases)
+
+
+def check_shaw_far_keys(prediction) -> Optional[bool]:
+    """``prediction``: with Shaw et al.'s table clipped at D = 32, how many of the 256 keys of the
+    last query (qlen = 128 after 128 memory positions) get exactly the same (b) as the oldest key,
+    that key included? Counted on ``variants.ShawAttn.positional_score`` with a random table."""
+    torch.manual_seed(2)
+    cfg = TXLConfig(n_layer=1, n_head=1, d_model=8, d_head=8, attn_type="shaw", shaw_max_dist=32)
+    att = ShawAttn(cfg)
+    with torch.no_grad():
+        att.r_emb.normal_()
+        row = att.positional_score(torch.randn(1, 1, 128, 8), torch.zeros(256, 8), None)[0, 0, -1]
+    return _check("check_shaw_far_keys", prediction,
+                  [((), int((row == row[0]).sum()), "D = 32, the last of 128 queries, 128 memory + 128 segment keys")])
+
+
+def check_distinct_position_bias(prediction) -> Optional[bool]:
+    """``prediction``: how many different values term (d) of one head takes over the entries that
+    the 128 queries of a segment see, after a memory of 128 (section 3's matrix of notebook 02).
+    Counted on a small model's ``out.terms`` with v drawn at random."""
+    model = _tiny(3, tgt_len=128, mem_len=128)
+    with torch.no_grad():
+        model.r_r_bias.normal_()
+        tokens = torch.randint(0, 27, (1, 256))
+        d = model(tokens[:, 128:], model(tokens[:, :128]).mems, return_terms=True).terms[0]["d"][0, 0]
+    seen = ~torch.isnan(d)
+    return _check("check_distinct_position_bias", prediction,
+                  [((), int(torch.unique(d[seen]).numel()), "128 queries, 128 memory + 128 segment keys, one head")])
 
 
 def check_position_bias(answer: Optional[Callable]) -> Optional[bool]:

@@ -180,6 +180,7 @@ def plot_sinusoids(R, title: str = "Sinusoid encodings $R_k$ (fixed, not learned
 
 def plot_position_bias(bias, layer: int, train_klen: Optional[int] = None) -> Figure:
     """Term (d), v^T W_k,R R_k, of every head against the distance k (one line per head);
+    ``layer`` is the layer's number in the title (the paper's, from 1: ``model.layers[layer - 1]``),
     ``train_klen`` marks the longest distance seen in training (mem_len + tgt_len - 1)."""
     b = _np(bias)
     fig, ax = plt.subplots(figsize=(WIDTH, 3.5))
@@ -201,8 +202,8 @@ def plot_position_bias(bias, layer: int, train_klen: Optional[int] = None) -> Fi
 def _code_matrix(qlen: int, klen: int) -> torch.Tensor:
     """x[i, c] = code of "query i scored against R_{klen-1-c}": 100 (i+1) + distance."""
     i = torch.arange(qlen)[:, None]
-    r = klen - 1 - torch.arange(klen)[None, :]
-    return (100 * (i + 1) + r).double()
+    k = klen - 1 - torch.arange(klen)[None, :]
+    return (100 * (i + 1) + k).double()
 
 
 def _decode(code: float) -> tuple[Optional[int], Optional[int]]:
@@ -215,22 +216,22 @@ def _decode(code: float) -> tuple[Optional[int], Optional[int]]:
 def _draw_codes(ax: Axes, m: np.ndarray, title: str, valid: Optional[np.ndarray] = None,
                 klen: int = 10, struck_rows: Sequence[int] = (), xlabel: str = "column",
                 ylabel: str = "row") -> None:
-    """A table: each cell labelled q_i R_r and coloured by r; pads white; invalid grey."""
+    """A table: each cell labelled q_i R_k (query i, distance k) and coloured by k; pads white; invalid grey."""
     rows, cols = m.shape
     cmap = plt.get_cmap("viridis")
     for a in range(rows):
         for b in range(cols):
-            i, r = _decode(m[a, b])
+            i, k = _decode(m[a, b])
             if i is None:
                 face, text = "white", "0"
             else:
-                face, text = cmap(0.15 + 0.7 * r / max(1, klen - 1)), f"$q_{i}R_{r}$"
+                face, text = cmap(0.15 + 0.7 * k / max(1, klen - 1)), f"$q_{i}R_{k}$"
             bad = valid is not None and not valid[a, b]
             if bad:
                 face = "#d0d0d0"
             ax.add_patch(plt.Rectangle((b, a), 1, 1, facecolor=face, edgecolor="black", lw=0.6,
                                        hatch="//" if bad else None))
-            color = "black" if (i is None or bad or r > (klen - 1) / 2) else "white"
+            color = "black" if (i is None or bad or k > (klen - 1) / 2) else "white"
             ax.text(b + 0.5, a + 0.5, text, ha="center", va="center", fontsize=SMALL, color=color)
     for a in struck_rows:
         ax.plot([0, cols], [a + 0.5, a + 0.5], color="red", lw=2)
@@ -247,9 +248,9 @@ def _draw_codes(ax: Axes, m: np.ndarray, title: str, valid: Optional[np.ndarray]
 def plot_rel_shift(qlen: int = 4, mlen: int = 2) -> tuple[Figure, dict[str, torch.Tensor]]:
     """The pad -> view -> slice of ``rel_shift`` on a labelled (qlen, qlen+mlen) matrix.
 
-    Cell labels read "q_i R_r": query i scored against the encoding of distance
-    r. Returns the figure and the stages (see ``analysis.rel_shift_stages``),
-    whose entries are codes 100 (i+1) + r (0 = padding).
+    Cell labels read "q_i R_k": query i scored against the encoding of distance
+    k. Returns the figure and the stages (see ``analysis.rel_shift_stages``),
+    whose entries are codes 100 (i+1) + k (0 = padding).
     """
     klen = qlen + mlen
     if klen > 99:

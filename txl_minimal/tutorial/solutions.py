@@ -26,6 +26,13 @@ def mask(qlen: int, mlen: int, mem_len: int, same_length: bool) -> torch.Tensor:
     return hidden
 
 
+def rel_shift_prediction() -> list:
+    """Pad: rows [0 1 2 3], [0 4 5 6], [0 7 8 9]; read the 12 numbers as four rows of three:
+    [0 1 2], [3 0 4], [5 6 0], [7 8 9]; drop the first; read back as 3 x 3. The visible entries
+    (j <= i) are x's columns of distance i - j; the hidden ones hold a pad zero and x[1, 0]."""
+    return [[3, 0, 4], [5, 6, 0], [7, 8, 9]]
+
+
 def rel_shift(x: torch.Tensor) -> torch.Tensor:
     """The rel-shift as an explicit gather: entry (i, j) takes column klen - 1 - (mlen + i - j),
     the column of distance mlen + i - j (future entries: any column, the mask hides them)."""
@@ -40,7 +47,7 @@ def reach(n_layer: int, seg_len: int, mem_len: int, i: int) -> int:
     """The top layer sees its segment up to i and the mem_len positions before the segment:
     i + M back. The earliest state it reaches sits at position q = (-M) mod L of its own
     segment, and from there each lower layer reaches q + M further. With M = L (q = 0)
-    this is the paper's N x M (+ i)."""
+    this is N x M (+ i): the paper's O(N x L) when M = L."""
     if mem_len == 0:
         return i
     q = -mem_len % seg_len
@@ -48,13 +55,14 @@ def reach(n_layer: int, seg_len: int, mem_len: int, i: int) -> int:
 
 
 def rel_shift_by_padding(x: torch.Tensor) -> torch.Tensor:
-    """For comparison, the paper's trick (Appendix B): pad, read with the other shape, drop a row."""
+    """For comparison, the authors' code's trick: pad, read with the other shape, drop a row (the
+    paper's Appendix B describes the same result as one product and a left-shift of each row)."""
     *lead, qlen, klen = x.shape
     return F.pad(x, (1, 0)).view(*lead, klen + 1, qlen)[..., 1:, :].reshape(*lead, qlen, klen)
 
 
 def relative_encoding(klen: int, clamp_len: int, d_model: int) -> torch.Tensor:
-    """Distances klen-1 .. 0, capped at clamp_len (if > 0), through the sinusoids of §1
+    """Distances klen-1 .. 0, capped at clamp_len (if > 0), through the sinusoids of notebook 00's section 1
     (all sines first). With klen = 10, clamp_len = 4 the first six rows are all R_4."""
     dist = torch.arange(klen - 1, -1, -1.0)
     if clamp_len > 0:
@@ -84,6 +92,18 @@ def shaw_score(q: torch.Tensor, table: torch.Tensor, klen: int) -> torch.Tensor:
     table's last row), then rel-shift, as for Transformer-XL's (b) + (d)."""
     dist = torch.arange(klen - 1, -1, -1).clamp(max=table.size(0) - 1)
     return rel_shift_by_padding(q @ table[dist].T)
+
+
+def shaw_far_keys() -> int:
+    """The last query sees distances 255 .. 0; every distance from D = 32 on reads the table's
+    last row, so keys at distances 32 .. 255 all score like the oldest: 224 of them."""
+    return 256 - 32
+
+
+def distinct_position_bias() -> int:
+    """(d) depends on the distance alone, and the queries see distances 0 .. 255 (query 127,
+    key 0): one value per distance, 256."""
+    return 128 + 128
 
 
 def position_bias(model, layer: int, max_dist: int) -> torch.Tensor:
