@@ -13,7 +13,8 @@ ProjectedAdaptiveLogSoftmax), independently of adaptive.py.
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 import torch
 import torch.nn.functional as F

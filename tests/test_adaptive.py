@@ -191,7 +191,8 @@ def test_authors_checkpoint_loads_and_gives_the_same_log_probs(tiny_model, name)
 
 @pytest.mark.parametrize("name, untie, flag", [
     ("div4", dict(tie_weights=False), r"crit.out_layers.0.weight differs .* TXLConfig\(tie_weights=False\)"),
-    ("div1-proj", dict(tie_projs=[False, True, False]), r"crit.out_projs.2 differs .*tie_projs=...\) whose entry 2 is False"),
+    ("div1-proj", dict(tie_projs=[False, True, False]),
+     r"crit.out_projs.2 differs .*tie_projs=...\) whose entry 2 is False"),
 ])
 def test_untied_authors_checkpoint_into_a_tied_model_is_refused(tiny_model, name, untie, flag):
     """Their untied tensors would be loaded into one shared parameter, keeping one silently; the

@@ -194,7 +194,8 @@ def test_checkpoint_without_checksum_loads_with_a_warning(tiny_checkpoint):
 def test_evaluate_cli_fails_on_a_damaged_checkpoint_or_nan_weights(tiny_checkpoint, capsys):
     ckpt = torch.load(tiny_checkpoint, weights_only=True)
     argv = [str(tiny_checkpoint), "--corpus", "text8-mini", "--max-predictions", "20", "--no-progress"]
-    weights = dict(ckpt["model"], out_bias=ckpt["model"]["out_bias"].clone().index_fill_(0, torch.tensor([3]), float("nan")))
+    weights = dict(ckpt["model"],
+                   out_bias=ckpt["model"]["out_bias"].clone().index_fill_(0, torch.tensor([3]), float("nan")))
     save_checkpoint(dict(ckpt, model=weights), tiny_checkpoint)  # a diverged run (checksums match)
     err = cli_error(evaluate_main, argv, capsys)  # refused before a bpc nan is computed
     assert "NaN or inf in weights out_bias (1 of 27 values)" in err and "Traceback" not in err

@@ -31,7 +31,7 @@ from txl_minimal.data import CorpusError, decode, encode, generate_text, load_te
 from txl_minimal.evaluate import (evaluate, evaluate_checkpoint, main as evaluate_main, read_segments,
                                   sliding_window_eval)
 from txl_minimal.model import TransformerXL, TXLConfig
-from txl_minimal.train import CSVLog, LOCK, TrainConfig, lr_at, main as train_main, preset, train
+from txl_minimal.train import CSVLog, LOCK, lr_at, main as train_main, train
 from txl_minimal.tutorial import exercises, solutions
 from txl_minimal.utils import MANIFEST, WriteError, file_sha256
 
@@ -137,7 +137,8 @@ def test_a_resumed_log_holds_its_rows_before_the_first_new_one(tmp_path):
         assert (tmp_path / "log.csv").read_text() == before and steps_in(tmp_path / "log.csv") == [2, 3, 4, 6]
     finally:
         log.close()
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "best.pt") == ["ckpt.pt", "log.csv"]  # no temp file left
+    # no temp file left
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "best.pt") == ["ckpt.pt", "log.csv"]
 
 
 def test_kill_9_of_a_resumed_run_keeps_the_log_and_leaves_no_lock_or_temp_file(tmp_path, monkeypatch, capsys):
@@ -169,7 +170,8 @@ def test_kill_9_of_a_resumed_run_keeps_the_log_and_leaves_no_lock_or_temp_file(t
     assert "taking over the lock of pid" in capsys.readouterr().err
     assert not [w for w in caught if "log.csv" in str(w.message)]  # not "empty: the log starts at step 40"
     assert steps_in(log) == [10, 20, 30, 40, 50]
-    assert sorted(q.name for q in out.iterdir() if q.name != "best.pt") == ["ckpt.pt", "log.csv"]  # no lock, no temp file
+    # no lock, no temp file
+    assert sorted(q.name for q in out.iterdir() if q.name != "best.pt") == ["ckpt.pt", "log.csv"]
 
 
 @pytest.fixture
@@ -211,8 +213,8 @@ def test_a_failed_ship_changes_no_shipped_file(shipped_copy, char_run, tmp_path,
 
     shutil.copy(char_run / "log.csv", run / "log.csv")
     full_disk.append("txl-tiny.json")  # the third of four files cannot be written
-    with pytest.raises(WriteError, match="no space left.*txl-tiny.json.*none of txl-tiny.safetensors, txl-tiny.log.csv, "
-                                         "txl-tiny.json, MANIFEST.json was changed"):
+    with pytest.raises(WriteError, match="no space left.*txl-tiny.json.*none of txl-tiny.safetensors, "
+                                         "txl-tiny.log.csv, txl-tiny.json, MANIFEST.json was changed"):
         pretrained.ship(run, "txl-tiny")
     assert snapshot(shipped_copy) == before  # the .pt and log staged before it were not renamed
 
@@ -289,7 +291,8 @@ def test_full_disk_while_saving_a_checkpoint_keeps_the_last_one(char_run, tmp_pa
     assert "The last checkpoint (step 4) is intact" in message and "--resume" in message
     assert err.value.__suppress_context__ and err.value.errno == errno.ENOSPC  # no 37-line chain
     assert (out / "ckpt.pt").read_bytes() == before
-    assert sorted(p.name for p in out.iterdir() if p.name != "best.pt") == ["ckpt.pt", "log.csv"]  # no temp file, no lock
+    # no temp file, no lock
+    assert sorted(p.name for p in out.iterdir() if p.name != "best.pt") == ["ckpt.pt", "log.csv"]
     monkeypatch.setenv("TXL_CORPUS", "text8-mini")
     argv = ["--out", str(tmp_path / "cli"), "--max-steps", "2", "--no-progress", "--set", *TINY_SET, "eval_interval=2"]
     said = cli_error(train_main, argv, capsys, code=1)

@@ -83,7 +83,8 @@ def test_the_issue_forms_are_well_formed():
 def test_the_bug_form_asks_for_the_doctor_and_the_notebook_and_cell():
     body = {e.get("id"): e for e in forms()["bug_report.yml"]["body"]}
     doctor = body["doctor"]
-    assert doctor["type"] == "textarea" and doctor["validations"]["required"] and doctor["attributes"]["render"] == "text"
+    assert doctor["type"] == "textarea" and doctor["validations"]["required"]
+    assert doctor["attributes"]["render"] == "text"
     assert "python -m txl_minimal.doctor" in doctor["attributes"]["label"]
     assert body["notebook"]["attributes"]["options"][:-1] == NOTEBOOKS  # every notebook, kept in step
     assert body["notebook"]["validations"]["required"] and body["cell"]["validations"]["required"]

@@ -76,7 +76,8 @@ def test_a_gpu_is_described(run, monkeypatch):
 
 
 @pytest.mark.parametrize("version, needed, advice", [
-    (None, True, 'ipywidgets is missing; the notebooks need it. Fix: make setup (a clone) or pip install "ipywidgets>=8.0.0"'),
+    (None, True, 'ipywidgets is missing; the notebooks need it. '
+                 'Fix: make setup (a clone) or pip install "ipywidgets>=8.0.0"'),
     ("7.8.1", True, 'ipywidgets 7.8.1 is older than the floor 8.0.0. Fix: pip install "ipywidgets>=8.0.0"'),
     ("8.0.5", False, "ipywidgets 8.0.5 is not the pinned"),
 ])
@@ -156,7 +157,8 @@ def fake_python(tmp_path: Path, stderr: str, status: int) -> str:
 @pytest.mark.skipif(os.name != "posix", reason="a shell script stands in for the other Python")
 @pytest.mark.parametrize("imports", [False, True])
 def test_the_notebooks_kernel_runs_another_python(run, tmp_path, monkeypatch, imports):
-    exe = fake_python(tmp_path, "" if imports else "ModuleNotFoundError: No module named 'txl_minimal'", int(not imports))
+    exe = fake_python(tmp_path, "" if imports else "ModuleNotFoundError: No module named 'txl_minimal'",
+                      int(not imports))
     spec = {"python3": {"resource_dir": "/k", "spec": {"argv": [exe, "-m", "ipykernel_launcher"],
                                                        "display_name": "Python 3 (ipykernel)"}}}
     monkeypatch.setattr(doctor, "kernel_specs", lambda: spec)

@@ -34,7 +34,8 @@ from txl_minimal.tutorial.ablation import load_results
 from txl_minimal.utils import MANIFEST, file_sha256, shipped_fix
 
 DAMAGES = ("truncated", "empty", "random bytes", "wrong content")
-SHIPPED = {ROOT / "txl_minimal" / "pretrained": ("*.safetensors", "*.json", "*.csv"), ROOT / "txl_minimal" / "corpus": ("*.gz",)}
+SHIPPED = {ROOT / "txl_minimal" / "pretrained": ("*.safetensors", "*.json", "*.csv"),
+           ROOT / "txl_minimal" / "corpus": ("*.gz",)}
 TINY_SET = ["d_model=16", "d_head=8", "d_inner=32", "eval_tokens=64"]
 
 
@@ -70,7 +71,8 @@ def test_the_manifests_ship_with_the_package():
 
 def test_fix_for_a_shipped_file_names_git_checkout_and_reinstall():
     fix = shipped_fix(pretrained.PRETRAINED_DIR / "txl-tiny.safetensors")
-    assert "git checkout -- txl_minimal/pretrained/txl-tiny.safetensors" in fix and "pip install --force-reinstall" in fix
+    assert "git checkout -- txl_minimal/pretrained/txl-tiny.safetensors" in fix
+    assert "pip install --force-reinstall" in fix
 
 
 # 2. each kind of file, damaged four ways ----------------------------------------------------------
@@ -210,7 +212,8 @@ def test_training_checkpoint(run_dir, tmp_path, capsys, how):
     torch.save(ckpt, edited)
     damage(path, how, edited.getvalue())
     expected = "does not match the SHA-256" if how == "wrong content" else "bytes; torch.load"
-    with pytest.raises(ValueError, match=f"checkpoint {re.escape(str(path))} is corrupt or incomplete.*{expected}.*Fix"):
+    with pytest.raises(ValueError,
+                       match=f"checkpoint {re.escape(str(path))} is corrupt or incomplete.*{expected}.*Fix"):
         load_checkpoint(path)
     err = cli_error(evaluate_main, [str(out), "--last", "--corpus", "text8-mini", "--no-progress"], capsys)
     assert "is corrupt or incomplete" in err and "Traceback" not in err
@@ -275,7 +278,7 @@ def test_state_checksum_covers_optimizer_memory_rng_and_steps(run_dir):
              "scheduler": lambda c: c["scheduler"].__setitem__("last_epoch", 0),
              "config": lambda c: c["train_config"].__setitem__("lr", 0.1),
              "checksum removed": lambda c: c.pop("state_sha256")}
-    for what, edit in edits.items():
+    for edit in edits.values():
         c = torch.load(run_dir / "ckpt.pt", weights_only=True)
         edit(c)
         path = run_dir.parent / "edited.pt"
@@ -304,7 +307,8 @@ def test_stacked_memory_gets_a_clear_error(tiny_model):
     model = tiny_model()
     x = torch.randint(0, 27, (2, 6))
     out = model(x)
-    with pytest.raises(ValueError, match=r"mems must be the list out.mems.*\(2, 2, 6, 16\).*not torch.stack\(out.mems\)"):
+    with pytest.raises(ValueError,
+                       match=r"mems must be the list out.mems.*\(2, 2, 6, 16\).*not torch.stack\(out.mems\)"):
         model(x, torch.stack(out.mems))
 
 
@@ -313,7 +317,8 @@ def test_stacked_memory_gets_a_clear_error(tiny_model):
 def test_out_naming_a_file_says_it_must_be_a_folder(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("mine")
     for out in (tmp_path / "notes.txt", tmp_path / "notes.txt" / "run"):
-        err = cli_error(train_main, ["--out", str(out), "--max-steps", "1", "--no-progress", "--set", *TINY_SET], capsys)
+        err = cli_error(train_main, ["--out", str(out), "--max-steps", "1", "--no-progress", "--set", *TINY_SET],
+                        capsys)
         assert "--out must be a folder" in err and "Errno" not in err
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
@@ -399,7 +404,8 @@ def test_resume_of_a_finished_run_says_so_and_changes_nothing(run_dir, tmp_path,
     res = train(tiny_cfg(), tiny_train_cfg(out, max_steps=6, eval_interval=3), synthetic_corpus("the cat sat "),
                 resume=True, progress=False)
     said = capsys.readouterr().out
-    assert res.complete and res.step == 6 and res.valid_bpc == float(list(csv.DictReader(open(out / "log.csv")))[-1]["valid_bpc"])
+    assert res.complete and res.step == 6
+    assert res.valid_bpc == float(list(csv.DictReader(open(out / "log.csv")))[-1]["valid_bpc"])
     assert "holds a complete run: step 6 of max_steps 6" in said and "--max-steps 12" in said and "nan" not in said
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 

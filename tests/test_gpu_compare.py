@@ -24,7 +24,7 @@ def test_quick_mode_on_the_cpu_writes_every_key(tmp_path, capsys):
     assert res["gpu"] is None and res["device"] == "cpu" and set(res["matmul_peak_tflops"]) == {"fp32", "tf32", "bf16"}
     rows = {(r["mode"], r["variant"]): r for r in res["results"]}
     assert set(rows) == {(m, v) for m in ("train", "eval") for v in ("base", "default", "read-each-step")}
-    for (mode, variant), r in rows.items():
+    for (_, variant), r in rows.items():
         assert r["error"] is None, r.get("traceback")
         assert {"shape", "precision", "tree", "unit", "rates", "median", "peak_mib"} <= set(r)
         assert r["tree"] == ("base" if variant == "base" else "head")

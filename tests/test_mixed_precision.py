@@ -231,7 +231,7 @@ def test_notebook_04_calls_on_models_trained_under_autocast(tmp_path, amp):
                                                               eval_interval=2), corpus, progress=False)
             for i, (name, overrides) in enumerate(variants.items())}
     prompt = list(corpus.test[:9])
-    for name, run in runs.items():
+    for run in runs.values():
         fresh = _fresh(run.model)
         for a, b in ((run.model, fresh), (fresh, run.model)):  # either first: nothing carries over
             assert evaluate(a, corpus.test, batch_size=16)["bpc"] == pytest.approx(

@@ -1,7 +1,6 @@
 """Tests of txl_minimal.model against naive references and the paper's properties."""
 from __future__ import annotations
 
-import dataclasses
 import os
 import pydoc
 import re
@@ -16,7 +15,7 @@ import torch
 import txl_minimal
 from txl_minimal.data import decode, encode, generate_text
 from txl_minimal.evaluate import read_segments
-from txl_minimal.model import TXLConfig, TXLOutput, TransformerXL, attention_mask, rel_shift, sinusoid_table
+from txl_minimal.model import TXLOutput, TransformerXL, attention_mask, rel_shift, sinusoid_table
 from reference import naive_forward, segment_visibility
 
 torch.set_num_threads(1)
@@ -254,7 +253,10 @@ def test_generate_with_memory_equals_full_recomputation(tiny_model, attn_type, m
 def test_generate_sampling_is_reproducible_and_respects_top_k(tiny_model):
     model = tiny_model()
     prompt = torch.randint(0, 27, (8,))
-    g = lambda: torch.Generator().manual_seed(3)
+
+    def g() -> torch.Generator:
+        return torch.Generator().manual_seed(3)
+
     a = model.generate(prompt, 30, temperature=1.0, top_k=1, generator=g())
     assert a.equal(model.generate(prompt, 30, temperature=0))   # top-1 is greedy
     b = model.generate(prompt, 30, temperature=1.0, generator=g())

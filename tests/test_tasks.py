@@ -92,7 +92,8 @@ def test_lstm_carries_its_state_across_segments():
     assert np.array_equal(stream_predictions(lstm, tokens, tgt_len=32), whole)
     out = lstm(torch.as_tensor(tokens[:10], dtype=torch.long)[None], targets=torch.as_tensor(tokens[1:11])[None])
     assert not out.mems[0].requires_grad and out.loss.requires_grad  # truncated BPTT: the state is detached
-    assert torch.allclose(out.loss, out.nll.mean()) and torch.allclose(out.logits.exp().sum(-1), torch.ones(1, 10).double())
+    assert torch.allclose(out.loss, out.nll.mean())
+    assert torch.allclose(out.logits.exp().sum(-1), torch.ones(1, 10).double())
 
 
 def test_window_predictions_see_exactly_the_window(tiny_model):
@@ -144,7 +145,8 @@ def test_a_recall_model_saved_before_safetensors_still_loads(tiny_model, tmp_pat
     """The scripts wrote {"kind", "config", "state_dict"} with torch.save until the results became
     safetensors: such a .pt, e.g. from a reader's own run, loads (weights_only) to the same model."""
     model = round_to_float16(tiny_model(vocab_size=TASK.vocab_size, dtype=torch.float32))
-    state = {"kind": "rel", "config": model.cfg.to_dict(), "state_dict": {k: v.half() for k, v in model.state_dict().items()}}
+    state = {"kind": "rel", "config": model.cfg.to_dict(),
+             "state_dict": {k: v.half() for k, v in model.state_dict().items()}}
     torch.save(state, tmp_path / "old.pt")
     save_recall_model(model, tmp_path / "new.safetensors")
     old, new = load_recall_model(tmp_path / "old.pt"), load_recall_model(tmp_path / "new.safetensors")

@@ -42,7 +42,8 @@ def test_presets():
     assert (model_cfg.n_layer, model_cfg.d_model, model_cfg.n_head, model_cfg.d_head) == (4, 128, 4, 32)
     assert (model_cfg.attn_type, model_cfg.mem_len, train_cfg.max_steps, train_cfg.lr) == ("abs", 0, 7, 1e-3)
     base, base_train = preset("paper-base")
-    assert (base.n_layer, base.d_model, base.tgt_len, base_train.batch_size, base_train.lr) == (12, 512, 512, 22, 2.5e-4)
+    assert (base.n_layer, base.d_model, base.tgt_len, base_train.batch_size, base_train.lr) == \
+        (12, 512, 512, 22, 2.5e-4)
     assert (base_train.eval_tgt_len, base_train.eval_mem_len, base_train.eval_clamp_len) == (80, 2100, 820)
     with pytest.raises(ValueError, match="cpu-tiny"):
         preset("nope")
@@ -57,7 +58,8 @@ def test_wt103_preset_is_the_papers_base_model_and_trains_a_step(tmp_path):
     a Zipf-distributed slice, then its evaluation lengths (64 / 640 / clamp 400, same_length)."""
     cfg, train_cfg = preset("wt103-base")
     assert (cfg.n_layer, cfg.d_model, cfg.n_head, cfg.d_head, cfg.d_inner) == (16, 410, 10, 41, 2100)
-    assert (cfg.tgt_len, cfg.mem_len, cfg.cutoffs, cfg.div_val, cfg.d_embed) == (150, 150, [20000, 40000, 200000], 1, None)
+    assert (cfg.tgt_len, cfg.mem_len, cfg.cutoffs, cfg.div_val, cfg.d_embed) == \
+        (150, 150, [20000, 40000, 200000], 1, None)
     assert (cfg.tie_weights, cfg.tie_projs, cfg.vocab_size) == (True, [False, True, True, True], 267_735)
     assert (train_cfg.corpus, train_cfg.batch_size, train_cfg.lr, train_cfg.max_steps) == ("wt103", 60, 2.5e-4, 200_000)
     assert (train_cfg.eval_tgt_len, train_cfg.eval_mem_len, train_cfg.eval_clamp_len, train_cfg.eval_same_length) == (
@@ -244,7 +246,8 @@ def test_cli_sets_any_field_with_set(tmp_path, capsys):
           "attn_type=abs", "mem_len=0", "d_model=16", "d_head=8", "d_inner=32", "eval_tokens=64", "lr=0.002"])
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1].startswith("step 2: train bpc ")
-    assert lines[1].startswith("step 2: train bpc ") and lines[0].startswith("amp='auto': ")  # on a CPU: measured and said once
+    # on a CPU: measured and said once
+    assert lines[1].startswith("step 2: train bpc ") and lines[0].startswith("amp='auto': ")
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
     assert (ckpt["model_config"]["attn_type"], ckpt["model_config"]["mem_len"]) == ("abs", 0)
     assert (ckpt["train_config"]["lr"], ckpt["train_config"]["max_steps"]) == (0.002, 2)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from txl_minimal.data import (SPLITS, WIKITEXT, CorpusError, LMOrderedIterator, WikiTextSource, decode,
+from txl_minimal.data import (SPLITS, WIKITEXT, CorpusError, LMOrderedIterator, decode,
                               load_corpus, load_text8_mini, load_text8_mini_words, load_wikitext, word_stats)
 from txl_minimal.words import Vocab, coverage
 

@@ -67,7 +67,7 @@ def weights_sha256(state_dict: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def _feed(h: "hashlib._Hash", value) -> None:
+def _feed(h: hashlib._Hash, value) -> None:
     """Hash ``value`` in a canonical form: type-tagged, dict keys sorted, tensors by dtype, shape, bytes."""
     if isinstance(value, torch.Tensor):
         t = value.detach().cpu().contiguous()

@@ -18,8 +18,9 @@ import argparse
 import math
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 import numpy as np
 import torch

@@ -359,7 +359,7 @@ class TransformerXL(nn.Module):
         checked = replace(self.cfg, **{k: v for k, v in lengths.items() if v is not None})  # validates a copy
         self.cfg.__dict__.update(checked.__dict__)  # in place: every layer shares self.cfg
 
-    def train(self, mode: bool = True) -> "TransformerXL":
+    def train(self, mode: bool = True) -> TransformerXL:
         """``nn.Module.train``; entering eval mode also forgets what an earlier evaluation kept
         (fast.py: the weights may have been updated since)."""
         if fast is not None and not mode:

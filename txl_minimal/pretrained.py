@@ -264,7 +264,8 @@ def markdown_table(summary: dict) -> str:
              "|---|---|---|---|---|"]
     for valid, test in zip(summary["rows"]["valid"], summary["rows"]["test"]):
         change = "(reference)" if test is summary["rows"]["test"][0] else \
-            f"{test['minus_reference']:+.4f} ± {test['se']:.4f} (first row on these characters: {test['reference_bpc']:.4f})"
+            (f"{test['minus_reference']:+.4f} ± {test['se']:.4f} "
+             f"(first row on these characters: {test['reference_bpc']:.4f})")
         lines.append(f"| {test['label']} | {test['tokens']:,} | {valid['bpc']:.4f} | {test['bpc']:.4f} | {change} |")
     return "\n".join(lines)
 

@@ -50,8 +50,8 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from txl_minimal import fast, validation
-from txl_minimal.checkpoint import (BEST, LAST, ConfigMismatch, attach_vocab, describe_vocab, load, load_checkpoint, rng_state,
-                                    save_checkpoint, set_rng_state, vocab_entry)
+from txl_minimal.checkpoint import (BEST, LAST, ConfigMismatch, attach_vocab, describe_vocab, load, load_checkpoint,
+                                    rng_state, save_checkpoint, set_rng_state, vocab_entry)
 from txl_minimal.data import CORPORA, Corpus, CorpusError, LMOrderedIterator, load_corpus
 from txl_minimal.evaluate import evaluate
 from txl_minimal.model import TransformerXL, TXLConfig, TXLOutput
@@ -93,10 +93,16 @@ class TrainConfig:
     log_interval: int = 50  # steps per CSV row
     seed: int = 0
     out: str = "runs/default"  # ckpt.pt, best.pt and log.csv go here
-    amp: str = "auto"  # "auto" (measured, see choose_precision: CPU: bf16 only where a matmul of the model's size is faster; GPU: the faster of a few real steps in fp32 and bf16 (fp16 before Ampere)) | "bf16" | "fp16" | "off" (fp32)
-    attention: str = "auto"  # "fast" (fast.py's paths) | "explicit" (model.py's code) | "auto" (CPU: fast; GPU: measured with amp)
-    compile: Union[bool, str] = "auto"  # torch.compile each segment: True | False | "auto" (on CUDA) | "reduce-overhead" (+ CUDA graphs); falls back to eager, with one line, where it cannot (compile_mode)
-    adam: str = "auto"  # Adam's implementation: "auto" (fused on CUDA, foreach elsewhere) | "fused" | "foreach" | "for-loop"
+    # "auto" (measured, see choose_precision: CPU: bf16 only where a matmul of the model's size is faster;
+    # GPU: the faster of a few real steps in fp32 and bf16 (fp16 before Ampere)) | "bf16" | "fp16" | "off" (fp32)
+    amp: str = "auto"
+    # "fast" (fast.py's paths) | "explicit" (model.py's code) | "auto" (CPU: fast; GPU: measured with amp)
+    attention: str = "auto"
+    # torch.compile each segment: True | False | "auto" (on CUDA) | "reduce-overhead" (+ CUDA graphs);
+    # falls back to eager, with one line, where it cannot (compile_mode)
+    compile: Union[bool, str] = "auto"
+    # Adam's implementation: "auto" (fused on CUDA, foreach elsewhere) | "fused" | "foreach" | "for-loop"
+    adam: str = "auto"
     flex_attention: bool = False  # FlexAttention for the relative attention (torch >= 2.5; pays with compile, fast.py)
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:1" ...
 
@@ -127,7 +133,8 @@ class TrainConfig:
             if f.name in CHOICES and value not in CHOICES[f.name]:
                 raise ValueError(f"TrainConfig.{f.name} must be one of {CHOICES[f.name]}, got {value!r}")
         if not (isinstance(self.compile, bool) or self.compile in COMPILE_MODES):
-            raise ValueError(f"TrainConfig.compile must be True or False, or one of {COMPILE_MODES}, got {self.compile!r}")
+            raise ValueError(f"TrainConfig.compile must be True or False, or one of {COMPILE_MODES}, "
+                             f"got {self.compile!r}")
         if self.flex_attention and self.attention == "explicit":
             raise ValueError("TrainConfig.flex_attention is a fast path; attention='explicit' runs model.py's code, "
                              "which never uses it. Fix: attention='auto' or 'fast', or flex_attention=False")
@@ -239,8 +246,9 @@ def sized_to_corpus(name: str, model_cfg: TXLConfig, cfg: TrainConfig, corpus: C
         return cfg, None
     unit = "word" if corpus.unit == "word" else "character"
     note = (f"{name} on {corpus.name}, not {own}: its {cfg.max_steps:,} steps of {cfg.batch_size} x "
-            f"{model_cfg.tgt_len} would read the {n_train:,} training {unit}s {cfg.max_steps * per_step / n_train:,.1f} times; shortened "
-            f"to max_steps {steps:,} ({steps * per_step / n_train:,.1f} passes; measured: gpu-small's valid bpc on "
+            f"{model_cfg.tgt_len} would read the {n_train:,} training {unit}s "
+            f"{cfg.max_steps * per_step / n_train:,.1f} times; shortened to max_steps {steps:,} "
+            f"({steps * per_step / n_train:,.1f} passes; measured: gpu-small's valid bpc on "
             f"text8-mini was lowest near {FALLBACK_EPOCHS} passes and rose after)")
     return replace(cfg, max_steps=steps), note
 
@@ -349,7 +357,7 @@ def _init_distributed(device: torch.device, world: int, batch_size: int) -> None
 BF16_MIN_SPEEDUP = 1.2  # amp="auto" on a CPU: bf16 only where its matmul is clearly faster
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cpu_precision(rows: int, d_model: int, d_inner: int) -> tuple[str, float]:
     """amp="auto" on a CPU: ("bf16" or "off", the measured speed-up of a bf16 matmul of the
     feed-forward's size over fp32). Measured once per process and size, and printed."""
@@ -432,8 +440,8 @@ def choose_precision(cfg: TrainConfig, model_cfg: TXLConfig, device: torch.devic
     small models are launch-bound there, and bf16 came out slower than fp32 on an H100 (issue 30's
     run, torch 2.11). The steps are timed eagerly with torch's default Adam: compile (``compile_mode``)
     and fused Adam, which a CUDA run then uses, change launch counts, not the comparison's purpose.
-    With flex_attention the fast path is kept. ``recorded``: the choice a checkpoint holds; a resumed "auto" keeps it instead of choosing again.
-    What "auto" chose is printed with its reason."""
+    With flex_attention the fast path is kept. ``recorded``: the choice a checkpoint holds; a resumed
+    "auto" keeps it instead of choosing again. What "auto" chose is printed with its reason."""
     auto_amp, auto_path = cfg.amp == "auto", cfg.attention == "auto"
     if recorded and (auto_amp or auto_path):
         amp = recorded["amp"] if auto_amp else cfg.amp
@@ -551,7 +559,7 @@ def _has_triton() -> bool:
     return has_triton()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _fused_adam_runs(device: str) -> bool:
     """Whether this torch has fused Adam on ``device`` (CUDA; a CPU from torch 2.4 on). Tried on that
     device itself: a DDP rank must not touch another rank's GPU."""
@@ -794,7 +802,8 @@ def _log_rows(path: Path, step: int) -> list[dict]:
             return []
     reader = csv.DictReader(text.splitlines())
     if tuple(reader.fieldnames or ()) != CSV_COLUMNS:
-        raise ValueError(f"{path} is damaged: its header is {text.splitlines()[0][:80]!r}, not {','.join(CSV_COLUMNS)}. {fix}")
+        raise ValueError(f"{path} is damaged: its header is {text.splitlines()[0][:80]!r}, "
+                         f"not {','.join(CSV_COLUMNS)}. {fix}")
     rows = list(reader)
     for line, row in enumerate(rows, 2):
         if not _row_ok(row):
@@ -1233,8 +1242,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--batch-size", type=int_at_least(1))
     p.add_argument("--corpus", choices=CORPORA)
     p.add_argument("--device")
-    p.add_argument("--compile", action="store_true", help="torch.compile each segment on any device (TrainConfig."
-                   "compile; its default, 'auto', compiles on CUDA only; --set compile=reduce-overhead: CUDA graphs too)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile each segment on any device (TrainConfig.compile; its default, 'auto', "
+                        "compiles on CUDA only; --set compile=reduce-overhead: CUDA graphs too)")
     p.add_argument("--amp", choices=CHOICES["amp"], help="autocast: auto (bf16 where measured faster), bf16, fp16, off")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                    help="any TXLConfig/TrainConfig field, e.g. attn_type=abs mem_len=0 (the vanilla baseline), "

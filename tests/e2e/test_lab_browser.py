@@ -193,22 +193,24 @@ def test_notebooks_run_in_jupyterlab_in_a_real_browser(lab, browser):
             path = next(NOTEBOOKS.glob(f"{nb_id}_*.ipynb"))
             opened = browser.execute_async_script(OPEN, path.name)
             assert "error" not in opened, f"{path.name}: {opened.get('error')}"
-            panels[nb_id] = opened["id"]
-            wait_for(lambda: browser.execute_script(STATE, opened["id"])["kernel"] == "idle", 60,
+            panel = panels[nb_id] = opened["id"]
+            # the checks run later, in wait_for: `panel=panel` binds this notebook's panel, not the loop's last
+            wait_for(lambda panel=panel: browser.execute_script(STATE, panel)["kernel"] == "idle", 60,
                      f"{path.name}'s kernel to start")
             steps.shot(f"{nb_id}_opened")
-            browser.execute_script(RUN_ALL, opened["id"])
+            browser.execute_script(RUN_ALL, panel)
             try:
-                state = wait_for(lambda: (s := browser.execute_script(STATE, opened["id"]))["run"]
+                state = wait_for(lambda panel=panel: (s := browser.execute_script(STATE, panel))["run"]
                                  and s["kernel"] == "idle" and not any(c["running"] for c in s["cells"]) and s,
                                  RUN_TIMEOUT, f"{path.name}'s cells to run and its kernel to go idle", poll=1.0)
             except AssertionError as e:
-                s = browser.execute_script(STATE, opened["id"])
+                s = browser.execute_script(STATE, panel)
                 done = sum(c["count"] is not None for c in s["cells"])
+                busy = [i for i, c in enumerate(s["cells"]) if c["running"]]
                 steps.shot(f"{nb_id}_timed_out")
                 raise AssertionError(f"{e}: {done} of {len(s['cells'])} code cells ran, kernel {s['kernel']}, "
-                                     f"cells running or queued: {[i for i, c in enumerate(s['cells']) if c['running']]}")
-            browser.execute_script(SHOW_LAST_FIGURE, opened["id"])
+                                     f"cells running or queued: {busy}") from e
+            browser.execute_script(SHOW_LAST_FIGURE, panel)
             steps.shot(f"{nb_id}_ran")
 
             errors = [(i, o.get("ename"), o.get("evalue")) for i, c in enumerate(state["cells"])

@@ -293,5 +293,6 @@ def test_gpu_compare_quick_mode_on_cuda(tmp_path, capsys):
     assert res["gpu"] == torch.cuda.get_device_name() and res["device"] == "cuda"
     failed = {(r["shape"], r["precision"], r["mode"], r["variant"]): r["error"] for r in res["results"] if r["error"]}
     assert not failed, failed
-    kernels = [r["cuda_kernels_per_segment"] for r in res["results"] if r["variant"] == "default" and r["mode"] == "eval"]
+    kernels = [r["cuda_kernels_per_segment"] for r in res["results"]
+               if r["variant"] == "default" and r["mode"] == "eval"]
     assert kernels and all(k > 0 for k in kernels)
