@@ -86,9 +86,14 @@ WRONG = [
 
 
 # Predict-then-verify: the student writes a number (or a list) before the notebook reveals it.
-PREDICTIONS = [(exercises.check_uniform_distance, solutions.UNIFORM_DISTANCE),
+PREDICTIONS = [(exercises.check_lr_prediction, solutions.LR_PREDICTION),
+               (exercises.check_uniform_distance, solutions.UNIFORM_DISTANCE),
                (exercises.check_span_mask_prediction, solutions.SPAN_MASK_PREDICTION)]
 WRONG_PREDICTIONS = [  # (checker, a wrong prediction, a phrase the message must say or "")
+    (exercises.check_lr_prediction, [0.5, 0.5, 0.25], "linear"),  # a linear decay
+    (exercises.check_lr_prediction, [0.5, 0.345, 0.095], "counted from step 0"),  # cosine over all S steps
+    (exercises.check_lr_prediction, [1.0, 0.5, 0.146], "no warm-up"),
+    (exercises.check_lr_prediction, [0.5, 0.5, 0.5], "0.146447"),
     (exercises.check_uniform_distance, 255.5, "same_length"),  # every query sees M keys
     (exercises.check_uniform_distance, 319.5, "the future is hidden"),  # every query sees all M + L
     (exercises.check_uniform_distance, 288.25, "the query itself"),  # distances from 1
@@ -274,3 +279,39 @@ def test_an_answer_torch_cannot_hold_is_rejected_without_a_crash(capsys):
     assert exercises.check_span_mask(lambda d, z, R: np.array([["a"]])) is False
     assert exercises.check_reach(lambda n, L, M, i: "seven") is False
     assert capsys.readouterr().out.count("not yet:") == 2
+
+
+# -- 04: exercise 2 says what each part holds; a count that misreads one part is told which --------------
+
+def test_param_count_with_nn_linear_biases_is_told_that_the_projections_have_none(capsys):
+    """nn.Linear's default adds a bias: a count with one on every attention projection is wrong (the
+    model has none), and the message says so instead of only printing two numbers."""
+    def with_biases(cfg):
+        hd, rel = cfg.n_head * cfg.d_head, cfg.attn_type == "rel"
+        return solutions.param_count(cfg) + cfg.n_layer * (3 * hd + cfg.d_model + (hd if rel else 0))
+    assert exercises.check_param_count(with_biases) is False
+    out = capsys.readouterr().out
+    assert "not yet:" in out and "have none" in out and "W_q" in out
+
+
+@pytest.mark.parametrize("misread,says", [
+    (lambda c: solutions.param_count(c) + c.vocab_size * c.d_model, "tied"),
+    (lambda c: solutions.param_count(c) + (c.n_layer - 1) * 2 * c.n_head * c.d_head, "one of each"),
+    (lambda c: solutions.param_count(c) - 2 * c.n_layer * c.d_model, "gain and a bias")])
+def test_param_count_misreadings_are_named(misread, says, capsys):
+    assert exercises.check_param_count(misread) is False
+    assert says in capsys.readouterr().out
+
+
+def test_param_count_accepts_the_count_in_any_number_type(capsys):
+    for kind in (int, float, np.int64, np.float64, torch.tensor):
+        assert exercises.check_param_count(lambda c, kind=kind: kind(solutions.param_count(c))) is True
+    assert exercises.check_param_count(lambda c: 1 / 0) is False  # a bug: reported, not a crash
+    assert "raised ZeroDivisionError" in capsys.readouterr().out
+
+
+def test_lr_prediction_is_section_2s_schedule():
+    from txl_minimal.train import TrainConfig, lr_at
+    w, s, steps = (exercises.LR_PREDICTION[k] for k in ("warmup_steps", "max_steps", "steps"))
+    cfg = TrainConfig(lr=1.0, warmup_steps=w, max_steps=s, min_lr=0.0)
+    assert np.allclose(solutions.LR_PREDICTION, [lr_at(k, cfg) for k in steps])

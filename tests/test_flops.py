@@ -94,6 +94,20 @@ def test_train_step_flops_reproduce_the_recorded_benchmark():
     assert train_step_flops(TXLConfig(**model, tgt_len=128, mem_len=512), 16) == 102_560_169_984
 
 
-def test_train_step_flops_only_for_the_relative_encoding():
-    with pytest.raises(ValueError, match="rel"):
-        train_step_flops(TXLConfig(attn_type="abs"), 1)
+def test_train_step_flops_of_the_vanilla_model_by_hand():
+    """The hand example as a vanilla model: no W_k,R R and no (q+v).R, so 4 d_head per pair
+    (notebook 04's "Why?" compares the two this way)."""
+    cfg = TXLConfig(n_layer=1, n_head=2, d_model=8, d_head=4, d_inner=16, tgt_len=2, mem_len=4, attn_type="abs")
+    qkv, attn = 2 * 6 * 8 * 24, 4 * 2 * 2 * 6 * 4  # 2304; q.k and p.v only: 384
+    o_net, ff, softmax = 2 * 2 * 8 * 8, 2 * 2 * 2 * 8 * 16, 2 * 2 * 8 * 27  # 256, 1024, 864
+    assert train_step_flops(cfg, batch=1) == 3 * (qkv + attn + o_net + ff + softmax) == 14496
+    assert attn == 2 * attention_flops_per_token(**{**KW, "attn_type": "abs"})
+    rel = TXLConfig(**{**cfg.to_dict(), "attn_type": "rel"})
+    # what the relative encoding adds: r_net (2 K d hd) and a third pair product (2 d_head per pair)
+    assert train_step_flops(rel, 1) - train_step_flops(cfg, 1) == 3 * (2 * 6 * 8 * 8 + 2 * 2 * 2 * 6 * 4)
+
+
+def test_train_step_flops_only_for_the_encodings_it_counts():
+    for attn_type in ("shaw", "abs_far"):
+        with pytest.raises(ValueError, match="'rel' or 'abs'"):
+            train_step_flops(TXLConfig(attn_type=attn_type), 1)

@@ -79,15 +79,19 @@ def attention_flops_per_token(n_layer: int, n_head: int, d_head: int, tgt_len: i
 def train_step_flops(cfg: TXLConfig, batch: int) -> float:
     """FLOPs of one training step of ``batch`` sequences with a full memory, by
     TRAIN_STEP_FORMULA: every matmul, masked entries included, spans not trimmed.
-    The projections (r_net) are those of the relative encoding, so only "rel"."""
-    if cfg.attn_type != "rel":
-        raise ValueError(f"train_step_flops counts attn_type='rel' only, got {cfg.attn_type!r}")
+    attn_type "rel" as the formula says; "abs" (the vanilla model) the same without the
+    relative encoding's two products, r_net (W_k,R R) and (q+v).R: 2 d_head per pair less.
+    Other encodings ("shaw", "abs_far", ...) are not counted."""
+    if cfg.attn_type not in ("rel", "abs"):
+        raise ValueError(f"train_step_flops counts attn_type='rel' or 'abs' only, got {cfg.attn_type!r}")
+    rel = cfg.attn_type == "rel"
     B, T, K = batch, cfg.tgt_len, cfg.mem_len + cfg.tgt_len
     d, hd = cfg.d_model, cfg.n_head * cfg.d_head
     # per layer: qkv on [mem o segment], r_net (no batch dimension), o_net, feed-forward
-    matmuls = 2 * B * K * d * 3 * hd + 2 * K * d * hd + 2 * B * T * hd * d + 2 * B * T * 2 * d * cfg.d_inner
-    # q.k, (q+v).R, p.v: every query against all K keys, in every layer and head
-    attention = B * attention_pairs(cfg.n_layer, cfg.n_head, T, cfg.mem_len) * pair_flops(cfg.d_head, "rel")
+    matmuls = (2 * B * K * d * 3 * hd + (2 * K * d * hd if rel else 0) + 2 * B * T * hd * d
+               + 2 * B * T * 2 * d * cfg.d_inner)
+    # q.k, (q+v).R (relative only), p.v: every query against all K keys, in every layer and head
+    attention = B * attention_pairs(cfg.n_layer, cfg.n_head, T, cfg.mem_len) * pair_flops(cfg.d_head, cfg.attn_type)
     return 3.0 * (cfg.n_layer * matmuls + attention + 2 * B * T * d * cfg.vocab_size)
 
 

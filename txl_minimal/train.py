@@ -78,7 +78,7 @@ class TrainConfig:
     min_lr: float = 0.0  # cosine floor (the authors' eta_min)
     warmup_steps: int = 200
     max_steps: int = 5000
-    grad_clip: float = 0.25  # the paper's value
+    grad_clip: float = 0.25  # the authors' scripts' value (the paper states none)
     # "full": every target of the segment is trained; "half": only its later half, each target with at
     # least tgt_len // 2 tokens of context (the paper's "half loss", Table 6: it found absolute
     # encodings work only with it)

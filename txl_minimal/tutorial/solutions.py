@@ -125,6 +125,11 @@ def memory_shape(batch: int, seg_len: int, mem_len: int, d_model: int, n_segment
 
 # -- 04 · Training on text8 ---------------------------------------------------------------
 
+# Exercise 1's prediction (W = 100, S = 500, cosine to 0), as fractions of the peak: step 50 is halfway up
+# the warm-up, 50/100; step 300 is halfway down the decay, (1 + cos(pi/2))/2; step 400, (1 + cos(3 pi/4))/2.
+LR_PREDICTION = [0.5, 0.5, (1 + math.cos(3 * math.pi / 4)) / 2]  # 0.146
+
+
 def lr(step: int, lr: float, warmup_steps: int, max_steps: int, min_lr: float) -> float:
     """Linear warm-up to lr over warmup_steps, then half a cosine down to min_lr at max_steps."""
     if step <= warmup_steps:
