@@ -131,3 +131,11 @@ def test_ddp_ranks_share_rank_0s_choice(tmp_path):
     choices = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert choices[0] == choices[1] and choices[0]["amp"] == "bf16"
     assert proc.stdout.count("amp='auto'") == 1  # measured (and said) once, by rank 0
+
+
+def test_measuring_leaves_the_callers_random_state_alone():
+    """Notebook 04 measures a few steps before it trains and samples: its numbers must not move."""
+    torch.manual_seed(3)
+    before = torch.get_rng_state()
+    time_training_step(tiny_cfg(), 2, torch.device("cpu"), "off", True, steps=1)
+    assert torch.equal(torch.get_rng_state(), before)

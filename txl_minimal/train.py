@@ -373,6 +373,12 @@ def time_training_step(model_cfg: TXLConfig, batch: int, device: torch.device, a
     """Median seconds of one training step (forward with a full memory, backward, Adam) of a fresh
     ``model_cfg`` model on random ids, under ``amp``: what ``choose_precision`` compares on a GPU,
     where a small model is bound by kernel launches, not by its matmuls."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # the caller's RNG untouched
+        return _timed_steps(model_cfg, batch, device, amp, fast_attn, steps)
+
+
+def _timed_steps(model_cfg: TXLConfig, batch: int, device: torch.device, amp: str, fast_attn: bool,
+                 steps: int) -> float:
     model = TransformerXL(TXLConfig(**model_cfg.to_dict())).to(device)
     model.fast_attn = fast_attn
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
