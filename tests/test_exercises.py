@@ -77,7 +77,9 @@ WRONG = [
     (exercises.check_span_mask, lambda d, z, R: solutions.span_mask(d, z, 1)),  # ramp ignored
     (exercises.check_span_memory, lambda s, R, M: M),  # never trimmed
     (exercises.check_span_memory, lambda s, R, M: math.ceil(float(s.max()))),  # ramp forgotten
-    (exercises.check_span_memory, lambda s, R, M: min(M, math.ceil(float(s.max()) + R))),  # one too many
+    (exercises.check_span_memory, lambda s, R, M: min(M, math.ceil(float(s.max()) + R) + 1)),  # two too many
+    (exercises.check_span_memory, lambda s, R, M: min(M, math.ceil(float(s.max()) + R) - 2)),  # one too few
+    (exercises.check_span_memory, lambda s, R, M: math.ceil(float(s.max()) + R) - 1),  # not capped at M
     (exercises.check_adaptive_log_prob, lambda h, t: solutions.adaptive_log_prob(h, t[::-1])),  # clusters reversed
     (exercises.check_adaptive_log_prob, lambda h, t: torch.cat([h[..., :h.size(-1) - len(t)], *t], -1)),  # no log p_c
     (exercises.check_adaptive_params, lambda V, d, c, k: V * d + V),  # the plain tied softmax
@@ -126,6 +128,15 @@ def test_a_standard_error_with_either_divisor_passes():
     for ddof in (0, 1):
         assert exercises.check_paired_gain(
             lambda a, b, ddof=ddof: (float((a - b).mean()), float((a - b).std(ddof=ddof) / math.sqrt(a.size)))) is True
+
+
+def test_the_memory_count_of_trim_memory_passes_beside_the_strict_one():
+    """Notebook 07 teaches that a layer's memory is trimmed to ceil(max z + R) (what trim_memory keeps,
+    one position more than any head weights): that reading is right too, in any container."""
+    kept = lambda s, R, M: min(M, math.ceil(float(s.max()) + R))
+    for answer in (kept, lambda s, R, M: float(kept(s, R, M)), lambda s, R, M: torch.tensor(kept(s, R, M))):
+        assert exercises.check_span_memory(answer) is True
+    assert exercises.check_span_memory(lambda s, R, M: min(M, math.floor(float(s.max()) + R))) is True  # x <= z + R
 
 
 VALUE_PREDICTIONS = {"check_rel_shift_prediction", "check_shaw_far_keys", "check_distinct_position_bias"}

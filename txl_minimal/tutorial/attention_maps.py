@@ -1,6 +1,6 @@
 """Where does each head look? Attention over [memory o segment], as in the paper's appendix.
 
-Dai et al. (2019), Appendix C, visualise a trained Transformer-XL: the average
+Dai et al. (2019), Appendix D, visualise a trained Transformer-XL: the average
 attention of every head on every relative distance over the memory, the attention
 matrices of the heads that reach farthest, and the four terms (a)-(d) of the score.
 These helpers extract the same quantities from any trained ``TransformerXL``

@@ -1,6 +1,6 @@
 """How much context does a trained model use? (notebook 06)
 
-The question of Sec. 4.2 and Appendix C of the paper (Dai et al., 2019): give a
+The question of Sec. 4.3 and Appendix C of the paper (Dai et al., 2019): give a
 model exactly ``c`` characters before a target, score the target, and see how
 the loss falls as ``c`` grows. Everything here works on any ``TransformerXL``
 checkpoint (relative or absolute positions) and on any token array.

@@ -202,7 +202,8 @@ def span_mask(dist: torch.Tensor, z: torch.Tensor, ramp: int) -> torch.Tensor:
 
 def span_memory(spans: torch.Tensor, ramp: int, mem_len: int) -> int:
     """A head weights distance x only if x < z + R, and memory position k is at distance k from
-    the segment's first query: the layer needs ceil(max z + R) - 1 positions (at most M)."""
+    the segment's first query: the layer needs ceil(max z + R) - 1 positions (at most M); the checker
+    also accepts ceil(max z + R), what ``SpanAttn.trim_memory`` keeps."""
     return min(mem_len, math.ceil(float(spans.max()) + ramp) - 1)
 
 
