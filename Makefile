@@ -1,13 +1,13 @@
 # Two commands for a fresh machine (Python 3.10+):
 #   make lab    set up .venv, register its Jupyter kernel, open JupyterLab on notebooks/
-#   make test   set up .venv, run pytest (package) + nbval (notebooks)
+#   make test   set up .venv, lint (ruff, codespell), run pytest (package) + nbval (notebooks)
 # Both create .venv on first use; `make clean` removes it.
 #   make demo   train the cpu-tiny preset, execute every notebook headless into
 #               runs/notebooks/ (.ipynb and .html)
 #   make test-min  the oldest declared versions (requirements-min.txt) in .venv-min, then pytest tests
 #   make e2e    JupyterLab in a real browser (chromium); skips, saying what to install, without one
 #   make book   the executed notebooks as a static site in build/book/html (nothing re-run; offline)
-#   make lint   ruff and codespell (not yet in `make test`)
+#   make lint   ruff and codespell alone (`make test` runs them first)
 #   make test-gpu  tests/gpu on a CUDA GPU (skipped, in one line, without one); needs no setup step:
 #               the GPU machine's own python3 runs it (scripts/gpu_wheels.sh brings nbclient there)
 
@@ -67,7 +67,7 @@ data/cache/.gensim-fetched:
 	  || echo "gensim wheel unavailable: the text8-mini rebuild test will be skipped"
 	@touch $@
 
-test: setup $(VENV)/.kernel data/cache/.gensim-fetched
+test: setup $(VENV)/.kernel data/cache/.gensim-fetched lint
 	$(TEST_ENV) $(PY) -m pytest -q tests $(NBVAL) notebooks
 
 test-fast: setup $(VENV)/.kernel
@@ -108,7 +108,7 @@ book: $(VENV)/.book
 	$(PY) book/build.py --out $(BOOK_OUT)
 
 # Lint: ruff (rules in pyproject.toml) over the code, codespell over the code and the notebooks'
-# markdown (scripts/codespell_notebooks.py). The lead adds it to `make test` once the tree is clean.
+# markdown (scripts/codespell_notebooks.py). `make test` runs it first.
 LINT_PATHS := txl_minimal tests scripts benchmarks book data
 lint: setup
 	$(VENV)/bin/ruff check $(LINT_PATHS)

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from txl_minimal.model import update_memory, TransformerXL, TXLConfig, attention_mask, rel_shift  # noqa: E402
+from txl_minimal.model import update_memory, attention_mask, rel_shift  # noqa: E402
 from txl_minimal.tutorial import analysis, plotting  # noqa: E402
 from reference import naive_forward, segment_visibility  # noqa: E402
 

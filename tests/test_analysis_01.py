@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from txl_minimal.model import TXLConfig, TransformerXL
 from txl_minimal.evaluate import evaluate
 from txl_minimal.tutorial import analysis
 

@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from txl_minimal.data import encode  # noqa: E402
-from txl_minimal.model import TransformerXL, TXLConfig, attention_mask  # noqa: E402
+from txl_minimal.model import attention_mask  # noqa: E402
 from txl_minimal.tutorial import attention_maps as am  # noqa: E402
 from txl_minimal.tutorial import plotting  # noqa: E402
 from txl_minimal.tutorial.analysis import scores_to_probs  # noqa: E402

@@ -9,7 +9,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from txl_minimal.model import TransformerXL, TXLConfig
 from txl_minimal.tutorial.context import (context_nll, doubling_gains, effective_context_length,
                                           extend_fixed_window, loss_vs_context, paired_gains,
                                           relative_effective_context_length, relative_gain, target_positions)
@@ -214,7 +213,8 @@ def test_loss_vs_context_shows_a_bar_on_stderr_only_when_asked_and_not_under_tqd
     import sys
     code = ("import numpy as np, torch; from txl_minimal.model import TransformerXL, TXLConfig; "
             "from txl_minimal.tutorial.context import loss_vs_context, target_positions; torch.manual_seed(0); "
-            "m = TransformerXL(TXLConfig(n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=8, mem_len=8)); "
+            "m = TransformerXL(TXLConfig(n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32, "
+            "tgt_len=8, mem_len=8)); "
             "d = np.random.default_rng(0).integers(0, 27, 200); t = target_positions(len(d), 4, max_context=8); "
             "loss_vs_context(m, d, [1, 4], t, progress={progress})")
     env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}

@@ -133,7 +133,9 @@ def test_a_standard_error_with_either_divisor_passes():
 def test_the_memory_count_of_trim_memory_passes_beside_the_strict_one():
     """Notebook 07 teaches that a layer's memory is trimmed to ceil(max z + R) (what trim_memory keeps,
     one position more than any head weights): that reading is right too, in any container."""
-    kept = lambda s, R, M: min(M, math.ceil(float(s.max()) + R))
+    def kept(s, R, M):
+        return min(M, math.ceil(float(s.max()) + R))
+
     for answer in (kept, lambda s, R, M: float(kept(s, R, M)), lambda s, R, M: torch.tensor(kept(s, R, M))):
         assert exercises.check_span_memory(answer) is True
     assert exercises.check_span_memory(lambda s, R, M: min(M, math.floor(float(s.max()) + R))) is True  # x <= z + R

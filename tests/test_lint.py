@@ -1,5 +1,5 @@
 """`make lint`: codespell over the notebooks' markdown (scripts/codespell_notebooks.py) and the
-lint configuration. The lint itself is `make lint`, not a test (the lead adds it to `make test`)."""
+lint configuration. The lint itself is `make lint`, which `make test` runs first."""
 from __future__ import annotations
 
 import importlib.util

@@ -199,7 +199,7 @@ def results_table(results: dict, group: Optional[str] = None) -> str:
     head = (f"{'variant':32s} {'test bpc':>9s} {'test bpc':>9s} {'change':>7s} {'attn kFLOPs/token':>18s}\n"
             f"{'':32s} {'train ctx':>9s} {'long ctx':>9s} {'':>7s} {'(train ctx)':>18s}")
     lines = [head]
-    for name, r in results["runs"].items():
+    for r in results["runs"].values():
         if group is not None and r["group"] != group:
             continue
         a, b = r["test_bpc"]["train_ctx"], r["test_bpc"]["long_ctx"]

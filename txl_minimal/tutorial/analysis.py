@@ -27,7 +27,8 @@ import contextlib
 import inspect
 import math
 import time
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Optional
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F

@@ -19,7 +19,8 @@ gain falls below a threshold (see its docstring for what we changed).
 from __future__ import annotations
 
 import math
-from typing import Mapping, Optional, Sequence
+from typing import Optional
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch

@@ -11,7 +11,8 @@ with untouched exercise cells runs from top to bottom. Worked answers: ``solutio
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable, Optional
+from typing import Optional
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import torch
@@ -98,7 +99,8 @@ def _show(x) -> str:
     try:
         if isinstance(x, (torch.Tensor, np.ndarray)):
             t = _tensor(x)
-            return f"{type(x).__name__} of shape {tuple(t.shape)}, {t.dtype}:\n{t.int() if t.dtype == torch.bool else t}\n"
+            shown = t.int() if t.dtype == torch.bool else t
+            return f"{type(x).__name__} of shape {tuple(t.shape)}, {t.dtype}:\n{shown}\n"
     except (TypeError, ValueError, RuntimeError):  # an array torch cannot hold (strings, objects)
         return f"{type(x).__name__} of shape {getattr(x, 'shape', '?')}, dtype {getattr(x, 'dtype', '?')}"
     return repr(x)
@@ -227,7 +229,8 @@ def check_relative_encoding(answer: Optional[Callable]) -> Optional[bool]:
     cases = []
     for klen, clamp_len, d in ((5, 0, 8), (6, 3, 8), (10, 4, 16), (3, 10, 4), (7, 1, 6)):
         model = _tiny(d_model=d, d_head=d // 2, clamp_len=clamp_len)
-        cases.append(((klen, clamp_len, d), model.relative_encoding(klen), f"klen={klen}, clamp_len={clamp_len}, d_model={d}"))
+        cases.append(((klen, clamp_len, d), model.relative_encoding(klen),
+                      f"klen={klen}, clamp_len={clamp_len}, d_model={d}"))
     return _check("check_relative_encoding", answer, cases)
 
 
@@ -240,8 +243,8 @@ def check_sliding_cost(answer: Optional[Callable]) -> Optional[bool]:
     model = _tiny(attn_type="abs", mem_len=0)
     cases = []
     for n_pred, context in ((10, 4), (50, 8), (5, 8), (33, 32)):
-        fed = []
-        hook = model.word_emb.register_forward_hook(lambda m, args, out: fed.append(args[0].numel()))
+        fed: list[int] = []
+        hook = model.word_emb.register_forward_hook(lambda m, args, out, fed=fed: fed.append(args[0].numel()))
         sliding_window_eval(model, torch.randint(0, 27, (n_pred + 1,)), context, batch_size=7)
         hook.remove()
         cases.append(((n_pred, context), sum(fed), f"n_pred={n_pred}, context={context}"))
@@ -369,7 +372,8 @@ def check_lr(answer: Optional[Callable]) -> Optional[bool]:
     for step, warm, total in ((1, 100, 1000), (50, 100, 1000), (100, 100, 1000), (550, 100, 1000), (1000, 100, 1000),
                               (7, 0, 10)):
         cfg = TrainConfig(lr=1e-3, warmup_steps=warm, max_steps=total, min_lr=1e-5)
-        cases.append(((step, 1e-3, warm, total, 1e-5), lr_at(step, cfg), f"step={step}, warmup={warm}, max_steps={total}"))
+        cases.append(((step, 1e-3, warm, total, 1e-5), lr_at(step, cfg),
+                      f"step={step}, warmup={warm}, max_steps={total}"))
     return _check("check_lr", answer, cases)
 
 
@@ -378,8 +382,9 @@ def _param_misreadings(cfg: TXLConfig) -> list[tuple[int, str]]:
     to the right count): the prose says what each part holds, and the message points back there."""
     hd, d, n = cfg.n_head * cfg.d_head, cfg.d_model, cfg.n_layer
     rel = cfg.attn_type == "rel"
-    return [(n * (3 * hd + d + (hd if rel else 0)), "a count with a bias on every attention projection (nn.Linear's "
-                                                     "default): W_q, W_k,E, W_v, the output projection and W_k,R have none"),
+    return [(n * (3 * hd + d + (hd if rel else 0)),
+             "a count with a bias on every attention projection (nn.Linear's default): W_q, W_k,E, W_v, "
+             "the output projection and W_k,R have none"),
             (cfg.vocab_size * d, "a count with a separate softmax matrix: it is the embedding, tied"),
             ((n - 1) * 2 * hd if rel else 0, "a count with u and v in every layer: the model has one of each"),
             (-2 * n * d, "a count with LayerNorms of one vector each: each has a gain and a bias")]
@@ -393,7 +398,8 @@ def check_param_count(answer: Optional[Callable]) -> Optional[bool]:
     for kw in (dict(), dict(n_layer=2, d_model=64, n_head=2, d_head=32, d_inner=256),
                dict(n_layer=4, d_model=256, n_head=4, d_head=64, d_inner=1024), dict(attn_type="abs", mem_len=0)):
         cfg = TXLConfig(**kw)
-        cases.append(((cfg,), TransformerXL(cfg).num_params(), ", ".join(f"{k}={v}" for k, v in kw.items()) or "defaults"))
+        where = ", ".join(f"{k}={v}" for k, v in kw.items()) or "defaults"
+        cases.append(((cfg,), TransformerXL(cfg).num_params(), where))
     if callable(answer):
         for (cfg,), want, where in cases:
             try:
@@ -437,7 +443,8 @@ def check_uniform_distance(prediction) -> Optional[bool]:
     want = float(mean_attention_distance(uniform))
     return _check_prediction("check_uniform_distance", prediction, want,
                              f"Query i sees the M + i + 1 keys at distances 0 (itself) to M + i, so its mean "
-                             f"distance is (M + i) / 2; averaged over i = 0 .. {L - 1}: (M + (L - 1) / 2) / 2 = {want:g}",
+                             f"distance is (M + i) / 2; averaged over i = 0 .. {L - 1}: "
+                             f"(M + (L - 1) / 2) / 2 = {want:g}",
                              known=[((M - 1) / 2, "a query that sees only the last M keys (same_length=True)"),
                                     ((M + L - 1) / 2, "every query seeing all M + L keys: the future is hidden"),
                                     (want + 0.5, "distances counted from 1: the query itself is key 0 back"),
@@ -521,7 +528,8 @@ def check_span_mask_prediction(prediction) -> Optional[bool]:
     z, ramp, dist = SPAN_PREDICTION["z"], SPAN_PREDICTION["ramp"], SPAN_PREDICTION["dist"]
     want = [round(float(m), 6) for m in span_mask(torch.tensor(dist, dtype=torch.float64), torch.tensor([z]), ramp)[0]]
     return _check_prediction("check_span_mask_prediction", prediction, want,
-                             f"The mask is 1 up to x = z = {z:g}, then (R + z - x) / R down to 0 at x = z + R = {z + ramp:g}: {want}",
+                             f"The mask is 1 up to x = z = {z:g}, then (R + z - x) / R down to 0 at "
+                             f"x = z + R = {z + ramp:g}: {want}",
                              known=[([1.0, 0.0, 0.0, 0.0], "a hard mask at z: the ramp makes the fall linear over R"),
                                     ([0.0, 0.5, 1.0, 1.0], "a mask rising with the distance: it falls")],
                              tol=0.02)
@@ -547,7 +555,8 @@ def check_span_memory(answer: Optional[Callable]) -> Optional[bool]:
         needed = int(weighted.nonzero().max()) + 1 if weighted.any() else 0
         kept = att.trim_memory(torch.zeros(1, mem_len, 16)).size(1)
         assert kept == min(mem_len, needed + 1)
-        cases.append(((spans, ramp, mem_len), needed, f"spans={[round(x, 2) for x in spans.tolist()]}, R={ramp}, M={mem_len}",
+        cases.append(((spans, ramp, mem_len), needed,
+                      f"spans={[round(x, 2) for x in spans.tolist()]}, R={ramp}, M={mem_len}",
                       _either_count(needed, kept)))
     return _check("check_span_memory", answer, cases)
 
@@ -586,7 +595,8 @@ def check_adaptive_log_prob(answer: Optional[Callable]) -> Optional[bool]:
             logp = [torch.log_softmax(torch.nn.functional.linear(h if proj is None else h @ proj, w, b), -1)
                     for w, b, proj in crit.clusters()]  # the head (with its cluster rows), then each tail
             head, tails = logp[0], logp[1:]
-            cases.append(((head, tails), crit.log_prob(h), f"{n_token} words, cutoffs {cutoffs}, h of shape {tuple(h.shape)}"))
+            cases.append(((head, tails), crit.log_prob(h),
+                          f"{n_token} words, cutoffs {cutoffs}, h of shape {tuple(h.shape)}"))
     return _check("check_adaptive_log_prob", answer, cases)
 
 
@@ -602,5 +612,6 @@ def check_adaptive_params(answer: Optional[Callable]) -> Optional[bool]:
             crit = ProjectedAdaptiveLogSoftmax(n_token, d, d, cutoffs, div_val)
         tie(emb, crit, True, [])
         count = sum(p.numel() for p in torch.nn.ModuleList([emb, crit]).parameters())  # shared once
-        cases.append(((n_token, d, list(cutoffs), div_val), count, f"n_token={n_token}, d={d}, cutoffs={cutoffs}, div_val={div_val}"))
+        cases.append(((n_token, d, list(cutoffs), div_val), count,
+                      f"n_token={n_token}, d={d}, cutoffs={cutoffs}, div_val={div_val}"))
     return _check("check_adaptive_params", answer, cases)

@@ -9,7 +9,8 @@ scales and axes in tokens, and the curves and bars stay plain matplotlib.
 from __future__ import annotations
 
 import math
-from typing import Mapping, Optional, Sequence
+from typing import Optional
+from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -386,8 +387,9 @@ def plot_attention_by_distance(profiles: Mapping[str, object], seg_len: Optional
 
     A profile is (n_layer, n_head, D): the average attention a head puts on the key
     d tokens back (``attention_maps.attention_by_distance``). Rows are "L n H h": layer n counted
-    from 1 as in the paper (``model.layers[n - 1]``), head h from 0; layers separated by white lines; ``seg_len`` marks the distance beyond which every
-    key is in the memory, ``train_dist`` the longest distance seen in training.
+    from 1 as in the paper (``model.layers[n - 1]``), head h from 0; layers separated by white lines;
+    ``seg_len`` marks the distance beyond which every key is in the memory, ``train_dist`` the longest
+    distance seen in training.
     ``scale="log"`` (default) spreads the small far-away weights over the colours;
     ``shared_scale`` gives all panels one colour scale, so they can be compared.
     """
@@ -404,7 +406,8 @@ def plot_attention_by_distance(profiles: Mapping[str, object], seg_len: Optional
     for ax, (title, a) in zip(axes[:, 0], mats.items()):
         D = a.shape[1]
         heatmap(ax, a, title, xlabel="distance i - j to the key (characters)", ylabel="layer / head",
-                cmap="magma", cbar_label=f"mean attention ({scale} scale{', shared' if shared_scale and n > 1 else ''})",
+                cmap="magma",
+                cbar_label=f"mean attention ({scale} scale{', shared' if shared_scale and n > 1 else ''})",
                 norm=_prob_norm(scale, everything if shared_scale else a),
                 extent=(-0.5, D - 0.5, rows - 0.5, -0.5))
         ax.set_yticks(np.arange(rows), [f"L{l + 1} H{h}" for l in range(n_layer) for h in range(n_head)],
