@@ -9,6 +9,8 @@ from txl_minimal.model import rel_shift
 from txl_minimal.train import CompiledSegments, amp_context, choose_precision, cpu_precision, preset
 from txl_minimal.utils import bf16_speedup
 
+from tiny import run_segments
+
 
 # 1. dropout ---------------------------------------------------------------------------
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.03])
@@ -82,20 +84,7 @@ CONFIGS = [dict(), dict(untie_r=True), dict(pre_lnorm=True), dict(same_length=Tr
 def _segments(model, xs, fast_on: bool, train: bool):
     """Log-probabilities of consecutive segments (and the parameters' gradients if train)."""
     model.fast_attn = fast_on
-    model.train(train)
-    model.zero_grad()
-    mems, lps = None, []
-    with torch.set_grad_enabled(train):
-        for x in xs:
-            out = model(x, mems, targets=x)
-            assert out.nll is not None
-            if train:
-                out.loss.backward()
-            mems = out.mems
-            # (training with the adaptive softmax gives only the targets' log-probabilities)
-            lps.append((-out.nll if out.logits is None else out.logits.log_softmax(-1)).detach())
-    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    return lps, grads, mems
+    return run_segments(model, xs, train)
 
 
 @pytest.mark.parametrize("overrides", CONFIGS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "rel")

@@ -56,3 +56,22 @@ def overfitting_corpus() -> Corpus:
 def overfitting_cfg(out: Path, **overrides) -> TrainConfig:
     """tiny_train_cfg at lr 0.06 for 16 steps, evaluated every 4: the curve overfitting_corpus describes."""
     return tiny_train_cfg(out, **{"lr": 0.06, "max_steps": 16, "eval_interval": 4, **overrides})
+
+
+def run_segments(model, xs: list[torch.Tensor], train: bool):
+    """(log-probabilities, gradients, memories) of consecutive segments ``xs``, each fed the last
+    one's memory: the full log-softmax, or the targets' own where the adaptive softmax trains (it
+    gives no logits); the parameters' gradients summed over every segment's loss, if ``train``."""
+    model.train(train)
+    model.zero_grad()
+    mems, lps = None, []
+    with torch.set_grad_enabled(train):
+        for x in xs:
+            out = model(x, mems, targets=x)
+            assert out.nll is not None
+            if train:
+                out.loss.backward()
+            mems = out.mems
+            lps.append((-out.nll if out.logits is None else out.logits.log_softmax(-1)).detach())
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return lps, grads, mems

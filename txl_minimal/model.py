@@ -4,7 +4,7 @@ Read top to bottom, this file follows Section 3 of the paper:
 
   3.2  segment-level recurrence      -> attention_mask, update_memory (read_segments: evaluate.py)
   3.3  relative positional encoding  -> sinusoid_table, rel_shift, RelMultiHeadAttn
-  3.4  the full model                -> DecoderLayer, TransformerXL (+ generate)
+  3.3  (its end) the N-layer model   -> DecoderLayer, TransformerXL (+ generate)
 
 The relative attention score between query i and key j:
 
@@ -269,7 +269,7 @@ class RelMultiHeadAttn(nn.Module):
 ATTENTION = {"rel": RelMultiHeadAttn, "abs": RelMultiHeadAttn, "abs_far": RelMultiHeadAttn}
 
 
-# -- 3.4 The model ---------------------------------------------------------------------------------
+# -- The N-layer model (end of 3.3) ----------------------------------------------------------------
 
 class PositionwiseFF(nn.Module):
     """FF(x) = W2 ReLU(W1 x + b1) + b2, with the residual and LayerNorm."""

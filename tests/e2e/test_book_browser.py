@@ -29,26 +29,12 @@ import pytest
 
 from book_site import INSTALL as BOOK_INSTALL
 from book_site import build, built_site, missing_packages, notebook_facts, site_pages
+from browser import headless_chromium, skip_without_browser
 
-INSTALL = ("apt-get install -y chromium chromium-driver (Debian/Ubuntu) and "
-           "pip install -r requirements-dev.txt (selenium)")
-CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
-CHROMEDRIVER = shutil.which("chromedriver")
-try:
-    import selenium  # noqa: F401
-except ImportError:
-    selenium = None
-_missing = [name for name, found in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER),
-                                     ("selenium", selenium)) if not found]
-if _missing:
-    pytest.skip(f"book browser test skipped: no {', '.join(_missing)}; to run it: {INSTALL}",
-                allow_module_level=True)
+skip_without_browser("book browser test")
 if _missing_book := missing_packages():
     pytest.skip(f"book browser test skipped: no {', '.join(_missing_book)}; to run it: {BOOK_INSTALL}",
                 allow_module_level=True)
-
-from selenium import webdriver  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 
 WIDTH = 1400  # px: a laptop's browser window
 READABLE = 600  # px: a figure is shown at least this wide (or at its own width, if smaller)
@@ -135,13 +121,7 @@ def site(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                f"--window-size={WIDTH},1000", "--no-first-run", "--disable-extensions"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_script_timeout(60)
+    driver = headless_chromium(WIDTH, script_timeout_s=60)
     try:
         yield driver
     finally:

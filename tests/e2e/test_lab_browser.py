@@ -15,29 +15,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-INSTALL = ("apt-get install -y chromium chromium-driver (Debian/Ubuntu) and "
-           "pip install -r requirements-dev.txt (selenium)")
-CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
-CHROMEDRIVER = shutil.which("chromedriver")
-try:
-    import selenium  # noqa: F401
-except ImportError:
-    selenium = None
-_missing = [name for name, found in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER),
-                                     ("selenium", selenium)) if not found]
-if _missing:
-    pytest.skip(f"browser test skipped: no {', '.join(_missing)}; to run it: {INSTALL}",
-                allow_module_level=True)
+from browser import headless_chromium, skip_without_browser
+
+skip_without_browser("browser test")
 pytest.importorskip("jupyterlab", reason="jupyterlab is not installed (pip install -r requirements-dev.txt)")
 
-from selenium import webdriver  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
@@ -163,13 +150,7 @@ def lab(tmp_path, monkeypatch):
 
 @pytest.fixture
 def browser():
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1600,1000", "--no-first-run", "--disable-extensions"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_script_timeout(300)
+    driver = headless_chromium(1600, script_timeout_s=300)
     try:
         yield driver
     finally:

@@ -23,7 +23,7 @@ from txl_minimal.model import TransformerXL
 from txl_minimal.train import Segments, TrainConfig, adam_options, compile_mode, train
 
 from cuda_only import require_cuda
-from tiny import ROOT, synthetic_corpus, tiny_cfg, tiny_train_cfg
+from tiny import ROOT, run_segments, synthetic_corpus, tiny_cfg, tiny_train_cfg
 
 require_cuda()
 
@@ -39,22 +39,6 @@ TOL = {torch.float64: dict(rtol=1e-6, atol=1e-8), torch.float32: dict(rtol=1e-5,
 GRAD_TOL = {torch.float64: dict(rtol=1e-5, atol=1e-8), torch.float32: dict(rtol=1e-4, atol=1e-6)}
 EXACT = dict(rtol=1e-9, atol=1e-9)  # float64 on both sides
 TEXT = "the quick brown fox jumps over the lazy dog "
-
-
-def _segments(model, xs, train: bool):
-    """Log-probabilities and memories of consecutive segments, and the gradients if train."""
-    model.train(train)
-    model.zero_grad()
-    mems, lps = None, []
-    with torch.set_grad_enabled(train):
-        for x in xs:
-            out = model(x, mems, targets=x)
-            if train:
-                out.loss.backward()
-            mems = out.mems
-            lps.append((-out.nll if out.logits is None else out.logits.log_softmax(-1)).detach())
-    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    return lps, grads, mems
 
 
 def _close(a: list, b: list, **tol) -> None:
@@ -76,9 +60,9 @@ def test_fast_paths_equal_the_explicit_code_on_cuda(tiny_model, cuda, dtype, ove
     xs = list(torch.randint(0, 27, (4, 2, 6), device=cuda))  # four segments: the memory fills and slides
     for train_mode in (True, False):
         model.fast_attn = True
-        fast_lp, fast_g, fast_m = _segments(model, xs, train_mode)
+        fast_lp, fast_g, fast_m = run_segments(model, xs, train_mode)
         model.fast_attn = False
-        slow_lp, slow_g, slow_m = _segments(model, xs, train_mode)
+        slow_lp, slow_g, slow_m = run_segments(model, xs, train_mode)
         _close(fast_lp, slow_lp, **TOL[dtype])
         _close(fast_m, slow_m, **TOL[dtype])
         _grads_close(fast_g, slow_g, **GRAD_TOL[dtype])
@@ -88,8 +72,8 @@ def test_fast_paths_equal_the_explicit_code_on_cuda(tiny_model, cuda, dtype, ove
 def test_cuda_gives_the_cpus_numbers(tiny_model, cuda):
     model = tiny_model()  # float64
     xs = list(torch.randint(0, 27, (3, 2, 6)))
-    cpu_lp, cpu_g, _ = _segments(model, xs, True)
-    gpu_lp, gpu_g, _ = _segments(model.to(cuda), [x.to(cuda) for x in xs], True)
+    cpu_lp, cpu_g, _ = run_segments(model, xs, True)
+    gpu_lp, gpu_g, _ = run_segments(model.to(cuda), [x.to(cuda) for x in xs], True)
     _close([t.cpu() for t in gpu_lp], cpu_lp, **EXACT)
     _grads_close({k: v.cpu() for k, v in gpu_g.items()}, cpu_g, **EXACT)
 
@@ -244,10 +228,10 @@ def test_flex_attention_equals_the_explicit_code_on_cuda(tiny_model, cuda, overr
     model = tiny_model(dtype=torch.float32, **overrides).to(cuda)
     xs = list(torch.randint(0, 27, (3, 2, 16), device=cuda))
     model.fast_attn = False
-    ref = {t: _segments(model, xs, t) for t in (True, False)}
+    ref = {t: run_segments(model, xs, t) for t in (True, False)}
     model.fast_attn, model.flex_attn = True, True
     for t in (True, False):
-        lp, g, _ = _segments(model, xs, t)
+        lp, g, _ = run_segments(model, xs, t)
         _close(lp, ref[t][0], rtol=1e-4, atol=1e-5)
         _grads_close(g, ref[t][1], rtol=1e-3, atol=1e-5)
     segment = torch.compile(model.segment)

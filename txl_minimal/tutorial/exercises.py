@@ -359,8 +359,9 @@ def check_lr_prediction(prediction) -> Optional[bool]:
                              f"halfway through the decay (step {(w + s) // 2}) the rate is half the peak, "
                              f"and the cosine falls fastest there: {want}",
                              known=[(linear, "a linear fall: the cosine stays higher early and falls faster mid-way"),
-                                    (from_zero, "the cosine counted from step 0: it starts at the end of warm-up, "
-                                                "s - W"),
+                                    (from_zero, "the cosine counted from step 0 (the authors' pytorch/train.py does "
+                                                "that); train(), like their TF code, starts it at the end of "
+                                                "warm-up: s - W"),
                                     (no_warmup, "no warm-up: before step W the rate rises as s / W")],
                              tol=0.05)  # one decimal is a prediction
 
