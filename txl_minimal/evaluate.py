@@ -161,8 +161,8 @@ def sliding_window_eval(model: TransformerXL, data, context: int,
     Token t is predicted from the ``context`` tokens before it, in a window that
     advances ONE position per prediction and scores only its last position: one
     forward pass of ``context`` tokens per prediction, which is why it is slow.
-    The first window ``data[:min(context, n_pred)]`` scores all its positions (tokens 1..context,
-    with the shorter context they have), so every token after the first counts once,
+    The first window, the first min(context, n_pred) tokens (n_pred: the predictions scored),
+    scores all its positions (each with the shorter context it has), so every token after the first counts once,
     as in ``evaluate``. ``max_predictions`` keeps only the first that many predictions.
     Windows are batched ``batch_size`` at a time; no memory is used. ``per_token`` adds
     "nll", the NLL of every prediction in text order, as ``evaluate`` does.

@@ -153,8 +153,8 @@ def rel_shift(x: torch.Tensor) -> torch.Tensor:
 
     Row i holds (q_i + v) . W_kR R_r for r = klen-1..0; key j needs r = mlen + i - j, column
     j + qlen - 1 - i, so row i slides left by qlen - 1 - i. Padding a zero column, reading the
-    buffer with the other shape and dropping the first row does that (Appendix B); entries
-    above the causal diagonal become garbage that the mask removes."""
+    buffer with the other shape and dropping the first row does that (the authors' code; Appendix B
+    shifts row by row); entries above the causal diagonal become garbage that the mask removes."""
     *lead, qlen, klen = x.shape
     padded = F.pad(x, (1, 0))  # (..., qlen, klen + 1)
     padded = padded.view(*lead, klen + 1, qlen)

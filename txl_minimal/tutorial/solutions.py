@@ -56,7 +56,8 @@ def reach(n_layer: int, seg_len: int, mem_len: int, i: int) -> int:
 
 def rel_shift_by_padding(x: torch.Tensor) -> torch.Tensor:
     """For comparison, the authors' code's trick: pad, read with the other shape, drop a row (the
-    paper's Appendix B describes the same result as one product and a left-shift of each row)."""
+    paper's Appendix B reaches the same result by left-shifting the rows of q's product with the
+    distances, and one row for v)."""
     *lead, qlen, klen = x.shape
     return F.pad(x, (1, 0)).view(*lead, klen + 1, qlen)[..., 1:, :].reshape(*lead, qlen, klen)
 
