@@ -42,23 +42,24 @@ def _sdpa_attention(q_u, q_v, k, val, r, mask_bias, scale, dropatt, training):
 # lever -> (what it is, how to switch it off on a model, the modes it concerns)
 LEVERS = {
     "dropout": ("dropout's random numbers: 16-bit lanes of 64-bit draws, one float mask",
-                lambda m: [setattr(d, "fast", False) for d in m.modules() if isinstance(d, fast.Dropout)],
+                lambda m: [setattr(d, "__class__", torch.nn.Dropout)
+                           for d in m.modules() if isinstance(d, fast.Dropout)],
                 ("train",)),
     "attention": ("relative attention: bias built once, added by baddbmm (SDPA in evaluation)",
                   lambda m: setattr(fast, "relative_attention", _sdpa_attention), ("train", "eval")),
     "rel_shift": ("rel_shift as a strided view instead of the padded copy",
                   lambda m: setattr(fast, "rel_shift", model_py.rel_shift), ("train",)),
     "queries": ("queries projected for the segment's rows only, not the memory's",
-                lambda m: setattr(fast, "project", lambda att, h, mem: att.project(h, mem)), ("train",)),
+                lambda m: setattr(fast, "project_qkv", model_py.RelMultiHeadAttn.project), ("train",)),
     "memory": ("the next memory sliced from the attention's [memory o segment], one cat fewer",
-               lambda m: setattr(fast, "next_memory", lambda *a: None), ("train",)),
+               lambda m: setattr(fast, "sliced_memory", lambda *a: None), ("train",)),
     "relu": ("ReLU out of place (in place on a view cost a copy in the backward)",
              lambda m: [setattr(r, "inplace", True) for r in m.modules() if isinstance(r, torch.nn.ReLU)],
              ("train",)),
     "eval_cache": ("evaluation keeps the memory's k, v, R, W_k,R R and the mask between segments",
                    lambda m: setattr(fast, "reusing", lambda module: False), ("eval",)),
 }
-ORIGINAL = {name: getattr(fast, name) for name in ("relative_attention", "rel_shift", "project", "next_memory",
+ORIGINAL = {name: getattr(fast, name) for name in ("relative_attention", "rel_shift", "project_qkv", "sliced_memory",
                                                     "reusing")}
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from txl_minimal import fast, model as model_py
-from txl_minimal.model import rel_shift
+from txl_minimal.model import RelMultiHeadAttn, TransformerXL, rel_shift
 from txl_minimal.train import CompiledSegments, amp_context, choose_precision, cpu_precision, preset
 from txl_minimal.utils import bf16_speedup
 
@@ -174,11 +174,21 @@ def test_both_routes_of_relative_attention_agree_with_gradients():
 
 
 def test_fast_paths_follow_the_flag(tiny_model):
-    model = tiny_model()
-    model.fast_attn = False
-    assert all(not m.fast for m in model.modules() if hasattr(m, "fast") and m is not model)
-    model.fast_attn = True
-    assert all(m.fast for m in model.modules() if hasattr(m, "fast") and m is not model)
+    """fast_attn swaps fast.py's subclasses in and out: the model, every attention and dropout; the
+    weights, the state dict's keys and what print(model) shows stay the same."""
+    import txl_minimal.variants  # noqa: F401  (the span attention: a variant's class is swapped too)
+    for overrides in (dict(), dict(adaptive_span=True)):
+        model = tiny_model(**overrides)
+        swapped = [m for m in model.modules() if isinstance(m, (TransformerXL, RelMultiHeadAttn, torch.nn.Dropout))]
+        shown, state = repr(model), model.state_dict()
+        assert model.fast_attn and len(swapped) > 2 * len(model.layers)
+        assert all(isinstance(m, fast._Fast) for m in swapped)
+        model.fast_attn = False
+        assert not model.fast_attn and not any(isinstance(m, fast._Fast) for m in model.modules())
+        assert type(model) is TransformerXL and all(type(m).__module__ != "txl_minimal.fast" for m in swapped)
+        model.fast_attn = True
+        assert all(isinstance(m, fast._Fast) for m in swapped) and repr(model) == shown
+        assert all(model.state_dict()[k] is v or torch.equal(model.state_dict()[k], v) for k, v in state.items())
 
 
 # 4. torch.compile: the segment compiles without a graph break ---------------------------

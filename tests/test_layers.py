@@ -18,9 +18,10 @@ ALLOWED = {
     "utils": set(),
     "wikifil": set(),
     "validation": set(),  # torch only: the model's clear errors (text is encoded in data.py)
-    "fast": set(),  # torch only: the model's fast paths (model.py copied alone runs without them)
     "adaptive": set(),  # torch only: the word-level embedding and softmax
-    "model": {"validation", "fast", "adaptive"},  # only inside the package: model.py copied alone runs without them
+    "sampling": {"validation"},  # generate: duck-typed, it imports no model
+    "model": {"validation", "adaptive", "sampling"},  # only inside the package: model.py copied alone runs without them
+    "fast": {"model"},  # the model's faster subclasses (model.py names only its hook, SPEEDUP)
     "words": set(),  # the authors' Vocab
     "data": {"utils", "words"},  # generate_text calls model.generate without importing the model
     "variants": {"model"},

@@ -7,6 +7,7 @@ plus validation.py's clear errors and adaptive.py's word-level layers inside the
 
     adaptive     AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax   (words: TXLConfig(cutoffs=[...]))
     model        TXLConfig, TransformerXL, TXLOutput             (the paper, Sec. 3; token ids in and out)
+    fast         the model's faster subclasses, swapped in by ``model.fast_attn`` (the same numbers)
     variants     Shaw et al.'s encoding, adaptive span (registered on import)
     words        Vocab                                           (the authors' word vocabulary)
     data         load_corpus, Corpus, LMOrderedIterator, encode, decode, as_ids, VOCAB,
@@ -46,6 +47,7 @@ def check_torch_version(version: str) -> None:
 check_torch_version(str(torch.__version__))
 
 from . import variants  # noqa: E402,F401  registers attn_type="shaw" and adaptive_span with the model
+from . import fast  # noqa: E402,F401  sets model.SPEEDUP: models are built with the fast paths on
 from .data import (VOCAB, VOCAB_SIZE, Corpus, LMOrderedIterator, as_ids, decode, encode,  # noqa: E402
                    generate_text, load_corpus)
 from .model import TXLConfig, TXLOutput, TransformerXL  # noqa: E402

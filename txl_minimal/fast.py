@@ -1,10 +1,13 @@
 """Fast paths beside ``model.py``'s explicit ones: the same numbers, less time on a CPU.
 
-``model.py`` teaches the computation; this file only makes it cheaper. Each function
-here is tested equal to the explicit code it replaces (tests/test_fast.py), and
-``TransformerXL.fast_attn`` switches all of them on (the default) or off. What each one
-saved on a training step is measured in benchmarks/README.md ("Levers"). Only torch is
-needed; without this file (``model.py`` copied alone) the model runs its explicit code.
+``model.py`` teaches the computation; this file only makes it cheaper. It subclasses the
+model's modules, ``FastAttention`` over every attention class (``project``, ``attend``),
+``FastModel`` over ``TransformerXL`` (what an evaluation keeps, the next memory) and ``Dropout``
+over ``nn.Dropout``, and ``switch`` swaps them in and out of a model: ``TransformerXL.fast_attn``
+calls it through ``model.SPEEDUP``, the one hook, set when this module is imported (the package
+does). Each path is tested equal to the explicit code it replaces (tests/test_fast.py). What each
+one saved on a training step is measured in benchmarks/README.md ("Levers"). Without this file
+(``model.py`` copied alone) the model runs its explicit code.
 
 - ``dropout``: the same distribution as ``nn.Dropout`` from 16 random bits per element,
   drawn 64 at a time (``aten::bernoulli_`` draws one 32-bit number per element, then
@@ -14,7 +17,7 @@ needed; without this file (``model.py`` copied alone) the model runs its explici
   the shift, the mask and the scale folded into the one tensor that the (a)+(c) product
   is added to (``baddbmm``), or given to ``scaled_dot_product_attention`` when nothing
   needs its gradient.
-- ``project`` projects queries for the segment's rows only, and ``next_memory`` slices the
+- ``project_qkv`` projects queries for the segment's rows only, and ``sliced_memory`` slices the
   next memory from the [memory o segment] that the projection made (one concatenation fewer).
 - evaluation (eval mode, no gradient): what does not change between segments is kept:
   the keys and values of the memory's rows (``project_reusing_memory``), R, W_k,R R of a key
@@ -35,6 +38,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from txl_minimal import model as model_py
+from txl_minimal.model import RelMultiHeadAttn, TransformerXL
 
 _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)  # (torch < 2.3: never)
 
@@ -87,11 +93,16 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     return _Dropout.apply(x, p)
 
 
-class Dropout(nn.Dropout):
-    """``nn.Dropout`` that uses ``dropout`` above while ``fast`` is True (``TransformerXL.fast_attn``
-    sets it); no parameters, so the state dict is ``nn.Dropout``'s (none)."""
+class _Fast:
+    """Marks fast.py's subclasses; ``explicit``: the class each one replaces (``switch``)."""
 
-    fast = True
+    explicit: type = object
+
+
+class Dropout(_Fast, nn.Dropout):
+    """``nn.Dropout`` by ``dropout`` above; no parameters, so the state dict is ``nn.Dropout``'s (none)."""
+
+    explicit = nn.Dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not active(self):
@@ -101,10 +112,10 @@ class Dropout(nn.Dropout):
 
 # ----------------------------------------------------------------------------- projection and memory
 
-def project(att: nn.Module, h: torch.Tensor, mem):
-    """``att.project(h, mem)`` without projecting the memory's rows to queries (only the segment's
+def project_qkv(att: nn.Module, h: torch.Tensor, mem):
+    """``RelMultiHeadAttn.project(att, h, mem)`` without projecting the memory's rows to queries (only the segment's
     queries are used): q = W_q h and [k, v] = W_kv [SG(m) o h], a third fewer projection FLOPs on
-    the memory's rows. The concatenation is kept for ``next_memory``."""
+    the memory's rows. The concatenation is kept for ``sliced_memory``."""
     hd = att.n_head * att.d_head
     cat = h if mem is None else torch.cat([mem, h], dim=1)
     w_q, w_kv = att.qkv_net.weight.split([hd, 2 * hd])
@@ -114,8 +125,8 @@ def project(att: nn.Module, h: torch.Tensor, mem):
     return att._heads(q), att._heads(k), att._heads(val)
 
 
-def next_memory(model: nn.Module, hids: list[torch.Tensor], mems, mem_len: int):
-    """``model.update_memory(hids, mems, mem_len)`` from each layer's [SG(m) o h] that ``project``
+def sliced_memory(model: nn.Module, hids: list[torch.Tensor], mems, mem_len: int):
+    """``model.update_memory(hids, mems, mem_len)`` from each layer's [SG(m) o h] that ``project_qkv``
     kept: one concatenation per layer instead of two. None (use ``update_memory``) unless every
     layer read exactly ``mems[i]`` and ``hids[i]`` (not a trimmed or shifted copy)."""
     kept = [layer.dec_attn.__dict__.pop("_segment_input", None) for layer in model.layers]
@@ -240,8 +251,8 @@ def autocast_state(device: torch.device) -> tuple:
     return kind, on, getattr(torch, f"get_autocast_{kind}_dtype")() if on else None
 
 
-def attend(att: nn.Module, q, q_u, k, val, pos, mask, v) -> torch.Tensor:
-    """``RelMultiHeadAttn._fused`` for Transformer-XL's own positional term: W_k,R R and the mask
+def attend_rel(att: nn.Module, q, q_u, k, val, pos, mask, v) -> torch.Tensor:
+    """``FastAttention.attend`` for Transformer-XL's own positional term: W_k,R R and the mask
     as a bias (0 or the lowest finite value: -inf gives NaN in bf16), then ``relative_attention``.
     In an evaluation both are the same for every segment of a length and autocast state, so they
     are kept (``memo``)."""
@@ -273,12 +284,12 @@ def flex_available() -> bool:
 
 
 def attend_flex(att: nn.Module, q, q_u, k, val, pos, mask, v) -> torch.Tensor:
-    """``attend`` through FlexAttention (``TransformerXL.flex_attn``): one kernel takes scale (q+u) k^T
+    """``attend_rel`` through FlexAttention (``TransformerXL.flex_attn``): one kernel takes scale (q+u) k^T
     and adds, inside, the scaled (b)+(d) read at its shifted column and the mask. (q+v) (W_k,R R)^T is
     still one matmul, as in ``relative_attention``, but neither its shifted copy, nor the mask's bias,
     nor the gradient of a (B, H, T, K) bias is made, and the scores never leave the kernel. Compiled
     (``torch.compile``) it is a fused kernel; eagerly, torch runs it unfused (slow: for tests). No
-    attention dropout (``RelMultiHeadAttn._fused`` uses it only when none is to be dropped)."""
+    attention dropout (``FastAttention.attend`` uses it only when none is to be dropped)."""
     from torch.nn.attention.flex_attention import flex_attention
     B, H, T, D = q_u.shape
     K = k.size(2)
@@ -321,11 +332,9 @@ def compile_segment(model: nn.Module, mode: str = "default"):
 # ----------------------------------------------------------------------------- evaluation
 
 def active(module: nn.Module) -> bool:
-    """The fast paths are on for ``module`` (``TransformerXL.fast_attn``) and it runs eagerly: under
+    """``module`` is one of this file's subclasses (``TransformerXL.fast_attn``) and runs eagerly: under
     ``torch.compile`` the model's plain code is traced (the compiler fuses it itself)."""
-    on = getattr(module, "fast", None)
-    on = getattr(module, "fast_attn", False) if on is None else on  # (the model itself)
-    return on and not _compiling()
+    return isinstance(module, _Fast) and not _compiling()
 
 
 def reusing(module: nn.Module) -> bool:
@@ -366,7 +375,7 @@ def kept(owner: nn.Module, name: str, key: tuple, make):
 
 
 def project_reusing_memory(att: nn.Module, h: torch.Tensor, mem):
-    """``att.project(h, mem)`` in an evaluation: if ``mem`` is the memory this layer made in the
+    """``RelMultiHeadAttn.project(att, h, mem)`` in an evaluation: if ``mem`` is the memory this layer made in the
     previous segment, under the same autocast state, its keys and values were computed then (as
     the last rows of that segment's k, v: the projection is row by row), so only the segment's own
     rows are projected now. At mem_len 512 and tgt_len 128 that is a fifth of the rows. Otherwise
@@ -379,7 +388,7 @@ def project_reusing_memory(att: nn.Module, h: torch.Tensor, mem):
         q, k, val = (att._heads(t) for t in att.qkv_net(x).chunk(3, dim=-1))
         att._segment_kv = (torch.cat([kept[2], k], dim=2), torch.cat([kept[3], val], dim=2), weights)
         return q, *att._segment_kv[:2]
-    q, k, val = project(att, h, mem)
+    q, k, val = project_qkv(att, h, mem)
     att._segment_kv = (k, val, weights)
     return q, k, val
 
@@ -396,3 +405,112 @@ def remember_memory_kv(model: nn.Module, mems: list[torch.Tensor]) -> None:
         if reusing(att) and k is not None and 0 < n <= k.size(2):
             key = (_versions(mem, *weights), autocast_state(mem.device))
             att._memory_kv = (mem, key, k[:, :, -n:], val[:, :, -n:])
+
+
+# ----------------------------------------------------------------------------- the subclasses
+
+class FastAttention(_Fast):
+    """Over an attention class of model.py or variants.py (``fast_class``): the projection above,
+    and the attention without its probabilities, by the fused routes, unless they are asked for
+    (``return_attn``) or re-weighted (adaptive span)."""
+
+    flex = False  # FlexAttention instead (``attend_flex``; ``FastModel.flex_attn`` sets it)
+
+    def project(self, h: torch.Tensor, mem):
+        if reusing(self):  # evaluation: the memory's k, v from the last segment
+            return project_reusing_memory(self, h, mem)
+        if active(self):  # no queries for the memory's rows
+            return project_qkv(self, h, mem)
+        return super().project(h, mem)
+
+    def attend(self, q, k, val, pos, mask, u, v, return_attn: bool = True):
+        if return_attn or type(self).reweight is not RelMultiHeadAttn.reweight:
+            return super().attend(q, k, val, pos, mask, u, v, return_attn)
+        q_u = q if u is None else q + u[:, None]
+        own = type(self).positional_score is RelMultiHeadAttn.positional_score  # not a variant's (Shaw)
+        if self.flex and pos is not None and own and not (self.training and self.cfg.dropatt > 0):
+            return attend_flex(self, q, q_u, k, val, pos, mask, v), None  # (it drops no attention weights)
+        if active(self) and pos is not None and own:
+            return attend_rel(self, q, q_u, k, val, pos, mask, v), None
+        # otherwise (torch.compile, Shaw's table, the vanilla model) scaled_dot_product_attention, with
+        # (b)+(d) and the mask (lowest finite value, as -inf gives NaN in bf16) as the scores' bias
+        pos_score = self.positional_score(q, pos, v)
+        if pos_score is None:
+            bias = mask.logical_not()  # bool: True = may attend
+        else:
+            bias = (pos_score * self.scale).to(q_u.dtype)
+            bias = bias.masked_fill(mask, torch.finfo(bias.dtype).min)
+        dropatt = self.cfg.dropatt if self.training else 0.0
+        return F.scaled_dot_product_attention(q_u, k, val, attn_mask=bias, dropout_p=dropatt, scale=self.scale), None
+
+
+class FastModel(_Fast):
+    """Over ``TransformerXL``: in an evaluation R and the mask are kept for the next segment of the
+    same length (``kept``), the next memory is sliced from what the projections concatenated
+    (``sliced_memory``) and its keys and values are kept (``remember_memory_kv``)."""
+
+    def train(self, mode: bool = True):
+        """Entering eval mode also forgets what an earlier evaluation kept (the weights may have
+        been updated since)."""
+        if not mode:
+            forget(self)
+        return super().train(mode)
+
+    def relative_encoding(self, klen: int) -> torch.Tensor:
+        make, inv_freq = super().relative_encoding, self.pos_emb.inv_freq
+        return kept(self, "R", (klen, self.cfg.clamp_len, inv_freq.dtype, inv_freq.device), lambda: make(klen))
+
+    def mask(self, qlen: int, mlen: int, device: torch.device) -> torch.Tensor:
+        make, cfg = super().mask, self.cfg
+        return kept(self, "mask", (qlen, mlen, cfg.same_length, cfg.mem_len, device), lambda: make(qlen, mlen, device))
+
+    def next_memory(self, hids: list[torch.Tensor], mems) -> list[torch.Tensor]:
+        if not active(self):
+            return super().next_memory(hids, mems)
+        new = sliced_memory(self, hids, mems, self.cfg.mem_len)  # (one cat fewer)
+        new = super().next_memory(hids, mems) if new is None else new
+        remember_memory_kv(self, new)  # evaluation: the new memory's keys and values, for the next segment
+        return new
+
+    @property
+    def flex_attn(self) -> bool:
+        """True: the relative attention through FlexAttention (``attend_flex``: torch >= 2.5; fast
+        only under ``torch.compile``); False (the default): the paths above."""
+        return any(getattr(m, "flex", False) for m in self.modules())
+
+    @flex_attn.setter
+    def flex_attn(self, on: bool) -> None:
+        if on and not flex_available():
+            raise ValueError(f"flex_attn needs torch.nn.attention.flex_attention (torch >= 2.5), not in torch "
+                             f"{torch.__version__}. Fix: upgrade torch, or leave flex_attn off")
+        for m in self.modules():
+            if isinstance(m, FastAttention):
+                m.flex = bool(on)
+
+
+_CLASSES: dict[type, type] = {nn.Dropout: Dropout}
+
+
+def fast_class(cls: type) -> type:
+    """The fast subclass of ``cls`` (an attention class, ``TransformerXL`` or a subclass of either,
+    ``nn.Dropout``), made once; it keeps ``cls``'s name, so that ``print(model)`` reads the same."""
+    if cls not in _CLASSES:
+        mixin = FastModel if issubclass(cls, TransformerXL) else FastAttention
+        _CLASSES[cls] = type(cls.__name__, (mixin, cls), dict(explicit=cls, __module__=__name__))
+    return _CLASSES[cls]
+
+
+def switch(model: nn.Module, on: bool) -> None:
+    """``TransformerXL.fast_attn``'s hook: the model, its attention modules and dropouts become their
+    fast subclass (on) or their own class again (off). Parameters, buffers and the state dict stay
+    as they are; what an evaluation kept is forgotten."""
+    forget(model)
+    for m in model.modules():
+        cls = type(m).explicit if isinstance(m, _Fast) else type(m)
+        if on and (issubclass(cls, (RelMultiHeadAttn, TransformerXL)) or cls is nn.Dropout):
+            m.__class__ = fast_class(cls)
+        elif not on:
+            m.__class__ = cls
+
+
+model_py.SPEEDUP = switch

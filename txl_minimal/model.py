@@ -4,7 +4,7 @@ Read top to bottom, this file follows Section 3 of the paper:
 
   3.2  segment-level recurrence      -> attention_mask, update_memory (read_segments: evaluate.py)
   3.3  relative positional encoding  -> sinusoid_table, rel_shift, RelMultiHeadAttn
-  3.3  (its end) the N-layer model   -> DecoderLayer, TransformerXL (+ generate)
+  3.3  (its end) the N-layer model   -> DecoderLayer, TransformerXL
 
 The relative attention score between query i and key j:
 
@@ -13,11 +13,10 @@ The relative attention score between query i and key j:
            + u^T Wk,E E_xj              (c) global content bias
            + v^T Wk,R R_{i-j}           (d) global positional bias
 
-Also here: the vanilla baseline, ``attn_type="abs"`` (and ``"abs_far"``, the authors' variant
-that gives the memory farther positions); Shaw et al. and adaptive span are in ``variants.py``;
-the word-level embedding and softmax (``cutoffs``: adaptive input and softmax) in ``adaptive.py``.
-Only torch is needed (the package adds ``validation.py``'s clear errors). Names are the authors':
-``r_w_bias`` is u, ``r_r_bias`` is v (``checkpoint.load_official_state_dict`` reads their weights).
+Also here: the vanilla baseline, ``attn_type="abs"`` (and ``"abs_far"``: the authors' farther memory
+positions). Beside it: Shaw et al. and adaptive span (variants.py), adaptive input and softmax for words
+(adaptive.py), and fast.py's subclasses, the same numbers in less time (``model.fast_attn``; the one
+hook: ``SPEEDUP``). Only torch is needed. Names are the authors': ``r_w_bias`` is u, ``r_r_bias`` is v.
 Shapes are batch first: tokens (B, T), states (B, T, d_model), scores (B, H, T, klen).
 """
 from __future__ import annotations
@@ -31,18 +30,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-if __package__ == "txl_minimal":  # clear errors (validation.py), fast paths (fast.py), word-level softmax
-    from txl_minimal import adaptive, fast, validation
-    from txl_minimal.fast import Dropout  # nn.Dropout with cheaper random numbers on a CPU
-else:  # this file copied alone: the same model, without the checks, the fast paths and cutoffs
-    adaptive = fast = validation = None
-    Dropout = nn.Dropout
+if __package__ == "txl_minimal":  # clear errors, the word-level softmax, sampling (generate)
+    from txl_minimal import adaptive, sampling, validation
+else:  # this file copied alone: the same model, without the checks, cutoffs and generate
+    adaptive = sampling = validation = None
+SPEEDUP = None  # fast.switch(model, on: bool), set when the package is imported
 
 
 @dataclass
 class TXLConfig:
     """Hyper-parameters; the names are the authors' (their ``train.py`` flags)."""
-
     vocab_size: int = 27
     n_layer: int = 4
     n_head: int = 4
@@ -64,17 +61,14 @@ class TXLConfig:
     span_ramp: int = 32  # R: width of the soft mask's linear ramp
     span_init: float = 0.5  # initial z as a fraction of the largest span, tgt_len + mem_len
     span_loss_coeff: float = 2e-6  # lambda of the L1 penalty on spans (per token of span)
-    # Words (adaptive.py): adaptive input and softmax over frequency-sorted clusters of the vocabulary
-    cutoffs: list = field(default_factory=list)  # cluster starts, e.g. [20000, 40000, 200000]; []: one softmax
+    cutoffs: list = field(default_factory=list)  # words (adaptive.py): cluster starts, e.g. [20000, 40000]; []: none
     div_val: int = 1  # cluster i's vectors have width d_embed // div_val**i
     d_embed: Optional[int] = None  # embedding width (None: d_model); else projected to d_model
     tie_projs: Optional[list] = None  # per cluster (len(cutoffs) + 1 bools): share the input's projection (None: none)
 
     def __post_init__(self) -> None:
-        if validation is not None:  # a ValueError naming the first impossible field
+        if validation is not None:  # a ValueError naming the first impossible field; tuples as lists
             validation.check_config(self)
-        self.cutoffs = list(self.cutoffs)  # a tuple would not compare equal to a saved list
-        self.tie_projs = None if self.tie_projs is None else list(self.tie_projs)
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -85,17 +79,14 @@ class TXLOutput:
     """What ``TransformerXL.forward`` returns for a segment of B rows and T tokens.
 
     logits: (B, T, vocab_size) next-token log-probabilities in nats, up to a constant per row (with
-            ``cutoffs``: exactly, from the adaptive softmax; None when it trains on targets, which
-            need only the targets' log-probabilities: ``nll``).
-    mems:   n_layer tensors (B, <=mem_len, d_model): what entered each layer, detached, for the next segment;
-            in the parameters' dtype, also under autocast (so either state reads them).
+            ``cutoffs``: exactly; None when training on targets, which need only ``nll``).
+    mems:   n_layer tensors (B, <=mem_len, d_model): what entered each layer, detached, for the next
+            segment; in the parameters' dtype, also under autocast (so either state reads them).
     loss:   scalar mean NLL in nats (+ the adaptive-span penalty) if targets are given; bpc = loss / ln 2.
     nll:    (B, T) NLL of every target, in nats (-ln p).
     attn:   per layer (B, n_head, T, mlen + T) attention probabilities, rows sum to 1 (``return_attn``).
     terms:  per layer {"a", "b", "c", "d"}: the score terms before the 1/sqrt(d_head) scaling,
-            (B, n_head, T, mlen + T), NaN where masked (``return_terms``).
-    """
-
+            (B, n_head, T, mlen + T), NaN where masked (``return_terms``)."""
     logits: Optional[torch.Tensor]
     mems: list[torch.Tensor]
     loss: Optional[torch.Tensor] = None
@@ -105,9 +96,7 @@ class TXLOutput:
 
 
 # -- 3.2 Segment-level recurrence with state reuse ---------------------------------------------------
-
-def attention_mask(qlen: int, mlen: int, same_length: bool, mem_len: int,
-                   device: torch.device | None = None) -> torch.Tensor:
+def attention_mask(qlen: int, mlen: int, same_length: bool, mem_len: int, device=None) -> torch.Tensor:
     """Bool (qlen, mlen+qlen), True where query i (key index mlen + i) must NOT see key j: the
     future; with ``same_length`` also keys beyond the last ``mem_len`` (the authors' evaluation
     setting; with ``mem_len == 0`` their code masks every key and returns NaN, this one does not)."""
@@ -118,8 +107,7 @@ def attention_mask(qlen: int, mlen: int, same_length: bool, mem_len: int,
     return mask
 
 
-def update_memory(hids: list[torch.Tensor], mems: Optional[list[torch.Tensor]],
-                  mem_len: int) -> list[torch.Tensor]:
+def update_memory(hids: list[torch.Tensor], mems: Optional[list[torch.Tensor]], mem_len: int) -> list[torch.Tensor]:
     """m^n_{tau+1} = SG(last mem_len of [m^n_tau o h^n_tau]) for every layer input h^n."""
     if mem_len == 0:
         return [h.new_empty(h.size(0), 0, h.size(2)) for h in hids]
@@ -130,7 +118,6 @@ def update_memory(hids: list[torch.Tensor], mems: Optional[list[torch.Tensor]],
 
 
 # -- 3.3 Relative positional encodings -------------------------------------------------------------
-
 def sinusoid_table(pos_seq: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
     """R: one row per position, all sines then all cosines (the authors' layout)."""
     angles = torch.outer(pos_seq, inv_freq)
@@ -156,17 +143,13 @@ def rel_shift(x: torch.Tensor) -> torch.Tensor:
     buffer with the other shape and dropping the first row does that (the authors' code; Appendix B
     shifts row by row); entries above the causal diagonal become garbage that the mask removes."""
     *lead, qlen, klen = x.shape
-    padded = F.pad(x, (1, 0))  # (..., qlen, klen + 1)
-    padded = padded.view(*lead, klen + 1, qlen)
+    padded = F.pad(x, (1, 0)).view(*lead, klen + 1, qlen)  # a zero column first, then read as (klen+1, qlen)
     return padded[..., 1:, :].reshape(*lead, qlen, klen)
 
 
 class RelMultiHeadAttn(nn.Module):
     """Multi-head attention over [SG(memory) o segment] with the score A^rel above. The vanilla
     model uses it without the positional score; variants override ``positional_score``/``reweight``."""
-
-    fused = True  # PyTorch's fused kernel computes the same when no probabilities are asked for
-    flex = False  # FlexAttention instead (fast.py; TransformerXL.flex_attn sets it)
 
     def __init__(self, cfg: TXLConfig):
         super().__init__()
@@ -176,9 +159,8 @@ class RelMultiHeadAttn(nn.Module):
         self.qkv_net = nn.Linear(cfg.d_model, 3 * hd, bias=False)  # rows: W_q, W_k,E, W_v
         self.o_net = nn.Linear(hd, cfg.d_model, bias=False)
         self.layer_norm = nn.LayerNorm(cfg.d_model)
-        self.drop = Dropout(cfg.dropout)
-        self.dropatt = Dropout(cfg.dropatt)
-        self.fast = fast is not None  # fast.py's paths (TransformerXL.fast_attn sets it)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.dropatt = nn.Dropout(cfg.dropatt)
         if cfg.attn_type == "rel":
             self.r_net = nn.Linear(cfg.d_model, hd, bias=False)  # W_k,R
             if cfg.untie_r:
@@ -208,49 +190,26 @@ class RelMultiHeadAttn(nn.Module):
     def reweight(self, prob: torch.Tensor) -> torch.Tensor:  # adaptive span (variants.py) re-weights here
         return prob
 
-    def forward(self, h: torch.Tensor, mem: Optional[torch.Tensor], pos: Optional[torch.Tensor],
-                mask: torch.Tensor, u: Optional[torch.Tensor], v: Optional[torch.Tensor],
-                return_attn: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """h (B, qlen, d_model), mem (B, mlen, d_model) or None -> (output like h, probabilities or None)."""
-        B, qlen = h.shape[:2]
-        if fast is not None and fast.reusing(self):  # evaluation: the memory's k, v from the last segment
-            q, k, val = fast.project_reusing_memory(self, h, mem)
-        elif fast is not None and fast.active(self):  # no queries for the memory's rows
-            q, k, val = fast.project(self, h, mem)
-        else:
-            q, k, val = self.project(h, mem)
+    def attend(self, q, k, val, pos, mask, u, v, return_attn: bool = True):
+        """sum_j a_ij W_v h~_j with a_i = softmax_j(A^rel_ij / sqrt(d_head)) over the keys not masked:
+        (B, H, qlen, d_head) and the probabilities a (always here; fast.py skips them unless asked)."""
         q_u = q if u is None else q + u[:, None]  # (q_i + u): (a) and (c) in one product
-        if self.fused and not return_attn:  # the same numbers, faster (fast.py)
-            out, prob = self._fused(q, q_u, k, val, pos, mask, v), None
-        else:
-            pos_score = self.positional_score(q, pos, v)  # (b) + (d)
-            score = q_u @ k.transpose(-1, -2)  # (a) + (c)
-            if pos_score is not None:
-                score = score + pos_score  # + (b) + (d)
-            score = (score * self.scale).masked_fill(mask, torch.finfo(score.dtype).min)
-            prob = F.softmax(score.float(), dim=-1).to(val.dtype)
-            prob = self.reweight(prob)
-            out = self.dropatt(prob) @ val  # sum_j a_ij W_v h~_j
-        out = self.drop(self.o_net(out.transpose(1, 2).reshape(B, qlen, -1)))
+        score = q_u @ k.transpose(-1, -2)  # (a) + (c)
+        pos_score = self.positional_score(q, pos, v)  # (b) + (d)
+        if pos_score is not None:
+            score = score + pos_score
+        score = (score * self.scale).masked_fill(mask, torch.finfo(score.dtype).min)
+        prob = self.reweight(F.softmax(score.float(), dim=-1).to(val.dtype))
+        return self.dropatt(prob) @ val, prob
+
+    def forward(self, h: torch.Tensor, mem: Optional[torch.Tensor], pos: Optional[torch.Tensor], mask: torch.Tensor,
+                u: Optional[torch.Tensor], v: Optional[torch.Tensor], return_attn: bool = False):
+        """h (B, qlen, d_model), mem (B, mlen, d_model) or None -> (output like h, probabilities or None)."""
+        q, k, val = self.project(h, mem)
+        out, prob = self.attend(q, k, val, pos, mask, u, v, return_attn)
+        out = self.drop(self.o_net(out.transpose(1, 2).reshape(*h.shape[:2], -1)))
         out = h + out if self.cfg.pre_lnorm else self.layer_norm(h + out)
         return out, prob
-
-    def _fused(self, q, q_u, k, val, pos, mask, v) -> torch.Tensor:
-        """The same by ``fast.relative_attention`` or ``scaled_dot_product_attention``: (b)+(d) and
-        the mask (lowest finite value, as -inf gives NaN in bf16) are the bias of the scores."""
-        own = type(self).positional_score is RelMultiHeadAttn.positional_score  # not a variant's (Shaw)
-        if self.flex and pos is not None and own and not (self.training and self.cfg.dropatt > 0):
-            return fast.attend_flex(self, q, q_u, k, val, pos, mask, v)  # (it drops no attention weights)
-        if fast is not None and fast.active(self) and pos is not None and own:
-            return fast.attend(self, q, q_u, k, val, pos, mask, v)
-        pos_score = self.positional_score(q, pos, v)
-        if pos_score is None:
-            bias = mask.logical_not()  # bool: True = may attend
-        else:
-            bias = (pos_score * self.scale).to(q_u.dtype)
-            bias = bias.masked_fill(mask, torch.finfo(bias.dtype).min)
-        dropatt = self.cfg.dropatt if self.training else 0.0
-        return F.scaled_dot_product_attention(q_u, k, val, attn_mask=bias, dropout_p=dropatt, scale=self.scale)
 
     def score_terms(self, h, mem, pos, mask, u, v) -> dict[str, torch.Tensor]:
         """The terms (a)-(d) separately, unscaled, NaN where masked (to look at them)."""
@@ -265,12 +224,10 @@ class RelMultiHeadAttn(nn.Module):
         return {name: t.masked_fill(mask, float("nan")) for name, t in terms.items()}
 
 
-# Attention classes by name; variants.py adds "shaw" and "span".
-ATTENTION = {"rel": RelMultiHeadAttn, "abs": RelMultiHeadAttn, "abs_far": RelMultiHeadAttn}
+ATTENTION = {"rel": RelMultiHeadAttn, "abs": RelMultiHeadAttn, "abs_far": RelMultiHeadAttn}  # + variants.py's
 
 
 # -- The N-layer model (end of 3.3) ----------------------------------------------------------------
-
 class PositionwiseFF(nn.Module):
     """FF(x) = W2 ReLU(W1 x + b1) + b2, with the residual and LayerNorm."""
 
@@ -278,8 +235,8 @@ class PositionwiseFF(nn.Module):
         super().__init__()
         self.pre_lnorm = cfg.pre_lnorm
         self.CoreNet = nn.Sequential(  # the authors' name, so indices 0 and 3 match
-            nn.Linear(cfg.d_model, cfg.d_inner), nn.ReLU(), Dropout(cfg.dropout),
-            nn.Linear(cfg.d_inner, cfg.d_model), Dropout(cfg.dropout))
+            nn.Linear(cfg.d_model, cfg.d_inner), nn.ReLU(), nn.Dropout(cfg.dropout),
+            nn.Linear(cfg.d_inner, cfg.d_model), nn.Dropout(cfg.dropout))
         self.layer_norm = nn.LayerNorm(cfg.d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -323,7 +280,7 @@ class TransformerXL(nn.Module):
         self.word_emb = adaptive.AdaptiveEmbedding(*clusters) if words else nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.emb_scale = math.sqrt(cfg.d_model)  # the authors scale by sqrt(d_model)
         self.pos_emb = PositionalEmbedding(cfg.d_model)
-        self.drop = Dropout(cfg.dropout)
+        self.drop = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_layer))
         self.r_w_bias = self.r_r_bias = None
         if cfg.attn_type == "rel" and not cfg.untie_r:
@@ -335,19 +292,16 @@ class TransformerXL(nn.Module):
         else:
             self.out_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
             self.out_weight = None if cfg.tie_weights else nn.Parameter(torch.zeros(cfg.vocab_size, cfg.d_model))
-        self.fast_attn = True  # fast.py's paths (same numbers) unless probabilities are asked for
         self.apply(self._init_weights)
+        self.fast_attn = True  # in the package: fast.py's subclasses (the same numbers, in less time)
 
     @staticmethod
     def _init_weights(m: nn.Module) -> None:
         """The authors' init: N(0, 0.02) weights, zero biases, LayerNorm gain N(1, 0.02)."""
-        if isinstance(m, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(m.weight, 0.0, 0.02)
+        if isinstance(m, (nn.Linear, nn.Embedding, nn.LayerNorm)):
+            nn.init.normal_(m.weight, 1.0 if isinstance(m, nn.LayerNorm) else 0.0, 0.02)
             if getattr(m, "bias", None) is not None:
                 nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.LayerNorm):
-            nn.init.normal_(m.weight, 1.0, 0.02)
-            nn.init.zeros_(m.bias)
         for name in ("r_w_bias", "r_r_bias", "r_emb", "out_weight"):  # r_emb: variants.ShawAttn
             if isinstance(getattr(m, name, None), nn.Parameter):
                 nn.init.normal_(getattr(m, name), 0.0, 0.02)
@@ -355,16 +309,9 @@ class TransformerXL(nn.Module):
     def set_lengths(self, tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
                     clamp_len: Optional[int] = None, same_length: Optional[bool] = None) -> None:
         """Change lengths in place (None keeps one); a bad value raises ``ValueError``, changing nothing."""
-        lengths = dict(tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len, same_length=same_length)
-        checked = replace(self.cfg, **{k: v for k, v in lengths.items() if v is not None})  # validates a copy
+        new = dict(tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len, same_length=same_length)
+        checked = replace(self.cfg, **{k: v for k, v in new.items() if v is not None})  # validates a copy
         self.cfg.__dict__.update(checked.__dict__)  # in place: every layer shares self.cfg
-
-    def train(self, mode: bool = True) -> TransformerXL:
-        """``nn.Module.train``; entering eval mode also forgets what an earlier evaluation kept
-        (fast.py: the weights may have been updated since)."""
-        if fast is not None and not mode:
-            fast.forget(self)
-        return super().train(mode)
 
     @contextlib.contextmanager
     def lengths(self, tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
@@ -373,45 +320,26 @@ class TransformerXL(nn.Module):
         cfg, was_training = self.cfg, self.training
         saved = (cfg.tgt_len, cfg.mem_len, cfg.clamp_len, cfg.same_length)  # only these come back
         self.set_lengths(tgt_len, mem_len, clamp_len, same_length)
-        self.eval()
         try:
-            yield self
+            yield self.eval()
         finally:
             self.set_lengths(*saved)
             self.train(was_training)
 
-    @property
+    @property  # True (the package's default): fast.py's subclasses; False: this file's code
     def fast_attn(self) -> bool:
-        """True: the fused attention and cheaper dropout of fast.py; False: the explicit code above."""
         return self._fast
 
     @fast_attn.setter
     def fast_attn(self, on: bool) -> None:
-        self._fast = bool(on) and fast is not None
-        for m in self.modules():
-            if m is not self and hasattr(m, "fast"):
-                m.fast = self._fast
-
-    @property
-    def flex_attn(self) -> bool:
-        """True: the relative attention through FlexAttention (fast.py's ``attend_flex``: torch >= 2.5;
-        fast only under ``torch.compile``); False (the default): the paths above."""
-        return any(getattr(m, "flex", False) for m in self.modules())
-
-    @flex_attn.setter
-    def flex_attn(self, on: bool) -> None:
-        if on and (fast is None or not fast.flex_available()):
-            raise ValueError(f"flex_attn needs torch.nn.attention.flex_attention (torch >= 2.5), not in torch "
-                             f"{torch.__version__}. Fix: upgrade torch, or leave flex_attn off")
-        for m in self.modules():
-            if isinstance(m, RelMultiHeadAttn):
-                m.flex = bool(on)
+        self._fast = bool(on) and SPEEDUP is not None
+        if SPEEDUP is not None:
+            SPEEDUP(self, self._fast)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def uv(self, layer: int) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-        """The global biases (u, v) of ``layer``: shared, or its own with ``untie_r``."""
+    def uv(self, layer: int) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:  # shared, or per layer: untie_r
         att = self.layers[layer].dec_attn
         return (att.r_w_bias, att.r_r_bias) if self.cfg.untie_r else (self.r_w_bias, self.r_r_bias)
 
@@ -420,24 +348,27 @@ class TransformerXL(nn.Module):
         dist = torch.arange(klen - 1, -1, -1.0, device=self.pos_emb.inv_freq.device)
         return self.pos_emb(dist.clamp(max=self.cfg.clamp_len) if self.cfg.clamp_len > 0 else dist)
 
+    def mask(self, qlen: int, mlen: int, device: torch.device) -> torch.Tensor:  # for this model's lengths
+        return attention_mask(qlen, mlen, self.cfg.same_length, self.cfg.mem_len, device=device)
+
+    def next_memory(self, hids: list[torch.Tensor], mems: Optional[list[torch.Tensor]]) -> list[torch.Tensor]:
+        return update_memory(hids, mems, self.cfg.mem_len)
+
     def output_logits(self, h: torch.Tensor) -> torch.Tensor:
-        """The softmax layer's logits (its weight is the input embedding unless untied); with
-        cutoffs, the adaptive softmax's log-probabilities (normalised logits)."""
+        """The softmax layer's logits (weight: the input embedding unless untied); with cutoffs, log-probabilities."""
         if self.crit is not None:
             return self.crit.log_prob(h)
         return F.linear(h, self.word_emb.weight if self.out_weight is None else self.out_weight, self.out_bias)
 
     def forward(self, tokens: torch.Tensor, mems: Optional[list[torch.Tensor]] = None,
-                targets: Optional[torch.Tensor] = None, return_attn: bool = False,
-                return_terms: bool = False) -> TXLOutput:
+                targets: Optional[torch.Tensor] = None, return_attn=False, return_terms=False) -> TXLOutput:
         """Run one segment (see the class docstring); returns a ``TXLOutput``."""
         if validation is not None:  # clear errors; once per call, outside what train.py may compile
             validation.check_inputs(self, tokens, mems, targets)
         return self.segment(tokens, mems, targets, return_attn, return_terms)
 
     def segment(self, tokens: torch.Tensor, mems: Optional[list[torch.Tensor]] = None,
-                targets: Optional[torch.Tensor] = None, return_attn: bool = False,
-                return_terms: bool = False) -> TXLOutput:
+                targets: Optional[torch.Tensor] = None, return_attn=False, return_terms=False) -> TXLOutput:
         """``forward`` without the input checks (``torch.compile`` traces this without a break)."""
         cfg = self.cfg
         mems = None if not mems or mems[0].size(1) == 0 else mems
@@ -453,30 +384,21 @@ class TransformerXL(nn.Module):
             if mems is not None:  # layer 0 reads its memory with its own, farther positions added
                 read_mems = [mems[0] + U[:mlen]] + mems[1:]
         else:  # R, shared by the layers
-            klen = mlen + qlen
-            pos = self.drop(self._kept("R", (klen, cfg.clamp_len, x.dtype, x.device),
-                                       lambda: self.relative_encoding(klen).to(x.dtype)))
+            pos = self.drop(self.relative_encoding(mlen + qlen).to(x.dtype))
         h = self.drop(x)
-        mask = self._kept("mask", (qlen, mlen, cfg.same_length, cfg.mem_len, x.device),
-                          lambda: attention_mask(qlen, mlen, cfg.same_length, cfg.mem_len, device=x.device))
+        mask = self.mask(qlen, mlen, x.device)
         hids, attn, terms = [], [], []
         for i, layer in enumerate(self.layers):
             hids.append(h)  # layer i's memory is made of what entered layer i
             mem, (u, v) = None if mems is None else read_mems[i], self.uv(i)
             if return_terms:
                 terms.append(layer.dec_attn.score_terms(h, mem, pos, mask, u, v))
-            h, prob = layer(h, mem, pos, mask, u, v, return_attn or not self.fast_attn)
+            h, prob = layer(h, mem, pos, mask, u, v, return_attn)
             attn.append(prob)
         h = self.drop(h)
-        # training on targets with the adaptive softmax: only the targets' clusters, not every word's
-        per_target = self.crit is not None and self.training and targets is not None
-        on = fast is not None and fast.active(self)
-        new_mems = fast.next_memory(self, hids, mems, cfg.mem_len) if on else None  # (one cat fewer)
-        out = TXLOutput(logits=None if per_target else self.output_logits(h),
-                        mems=update_memory(hids, mems, cfg.mem_len) if new_mems is None else new_mems,
+        per_target = self.crit is not None and self.training and targets is not None  # only the targets' clusters
+        out = TXLOutput(logits=None if per_target else self.output_logits(h), mems=self.next_memory(hids, mems),
                         attn=attn if return_attn else None, terms=terms if return_terms else None)
-        if on:  # evaluation: the new memory's keys and values, for the next segment
-            fast.remember_memory_kv(self, out.mems)
         if targets is not None:
             if per_target:
                 out.nll = self.crit.nll(h, targets.long()).float()
@@ -488,45 +410,11 @@ class TransformerXL(nn.Module):
                 out.loss = out.loss + cfg.span_loss_coeff * sum(l.dec_attn.spans().mean() for l in self.layers)
         return out
 
-    def _kept(self, name: str, key: tuple, make):
-        """``make()``; in an evaluation with the fast paths, the value made for the same ``key`` in an
-        earlier segment (R and the mask are the same in every segment of a length: fast.kept)."""
-        return make() if fast is None else fast.kept(self, name, key, make)
-
-    @torch.no_grad()
     def generate(self, prompt, n_new: int, temperature: float = 1.0, top_k: Optional[int] = None,
                  generator: Optional[torch.Generator] = None) -> torch.Tensor:
-        """The prompt's token ids ((B, T) or (T,), a tensor or a list of ints) followed by ``n_new``
-        sampled ids; ``temperature == 0`` is greedy. With memory each new token is read once;
-        without (the vanilla model) the last ``tgt_len`` are recomputed per step. For text, see
-        ``txl_minimal.generate_text`` (in data.py: it encodes the prompt and decodes the result)."""
-        if isinstance(prompt, str):  # text is encoded where text lives, not in the model
-            raise ValueError(f"generate takes token ids, not text (got {prompt!r}). Fix: "
-                             "txl_minimal.generate_text(model, text, n_new), or pass token ids: "
-                             "model.generate(torch.tensor([8, 9]), n_new)")
-        if validation is not None:  # clear errors for bad arguments
-            prompt, n_new, temperature, top_k = validation.check_generate(prompt, n_new, temperature, top_k)
-        seq = torch.as_tensor(prompt, device=self.pos_emb.inv_freq.device).long()
-        squeeze = seq.dim() == 1
-        seq = seq[None] if squeeze else seq
-        L, recurrent = self.cfg.tgt_len, self.cfg.mem_len > 0
-        unread, mems = (seq if recurrent else seq[:, -L:]), None
-        with self.lengths():  # eval mode, restored afterwards
-            for _ in range(n_new):
-                for segment in unread.split(L, dim=1):  # the prompt: segment by segment
-                    out = self(segment, mems)
-                    mems = out.mems  # (empty without memory)
-                logits = out.logits[:, -1].float()
-                if top_k is not None:  # only the k most likely tokens may be drawn
-                    kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
-                    logits = logits.masked_fill(logits < kth, float("-inf"))
-                if temperature == 0:  # greedy
-                    nxt = logits.argmax(-1, keepdim=True)
-                else:
-                    # (logit - max) / T in float64 lies in [-inf, 0] for any T > 0: no NaN from a T
-                    # of 1e-45 (inf) or 1e39 (inf in float32, and -inf / inf after top_k)
-                    scaled = (logits - logits.max(-1, keepdim=True).values).double() / temperature
-                    nxt = torch.multinomial(F.softmax(scaled, -1), 1, generator=generator)
-                seq = torch.cat([seq, nxt], dim=1)
-                unread = nxt if recurrent else seq[:, -L:]  # with memory each token is read once
-        return seq[0] if squeeze else seq
+        """The prompt's token ids ((B, T) or (T,)) followed by ``n_new`` sampled ids; ``temperature == 0``
+        is greedy. With memory each new token is read once (Sec. 3.2's fast evaluation), the vanilla
+        model re-reads its last ``tgt_len``: ``sampling.generate``. Text: ``txl_minimal.generate_text``."""
+        if sampling is None:
+            raise ValueError("generate is in txl_minimal/sampling.py: import the model from the package")
+        return sampling.generate(self, prompt, n_new, temperature, top_k, generator)

@@ -32,7 +32,7 @@ def as_int(value) -> Optional[int]:
 
 def check_config(cfg) -> None:
     """A ``TXLConfig`` whose fields all make sense, else the first impossible field. NumPy integers
-    become Python ints (a checkpoint saves the config, and loads only plain types back)."""
+    become Python ints, tuples lists (a checkpoint saves the config, and loads only plain types back)."""
     for f in fields(cfg):  # types first: True is an int to Python, and "no" is truthy
         value, low = getattr(cfg, f.name), 0 if f.name in ("mem_len", "clamp_len") else 1
         if f.type in ("int", "Optional[int]") and type(value) is not int and as_int(value) is not None:
@@ -54,6 +54,8 @@ def check_config(cfg) -> None:
     if cfg.adaptive_span and cfg.attn_type != "rel":
         raise ValueError("TXLConfig.adaptive_span needs attn_type='rel'")
     check_clusters(cfg)
+    cfg.cutoffs = list(cfg.cutoffs)  # a tuple would not compare equal to a saved list
+    cfg.tie_projs = None if cfg.tie_projs is None else list(cfg.tie_projs)
 
 
 def check_clusters(cfg) -> None:

@@ -49,8 +49,6 @@ class SpanAttn(RelMultiHeadAttn):
     """A^rel attention whose probabilities are re-weighted by m_z(i - j), one span z per head
     (learned, with an L1 penalty the model adds to its loss)."""
 
-    fused = False  # the re-weighting needs the probabilities
-
     def __init__(self, cfg: TXLConfig):
         super().__init__(cfg)
         self.span_frac = nn.Parameter(torch.full((cfg.n_head,), cfg.span_init))  # z / max_span

@@ -1,0 +1,52 @@
+"""Sampling token ids from a trained model: ``TransformerXL.generate`` (torch only).
+
+The prompt is read segment by segment; then each new token is read once, as the next segment of
+one token, with the memory of everything before it: the reuse of Section 3.2 that makes the
+paper's evaluation fast. The vanilla model (no memory) re-reads its last ``tgt_len`` tokens
+for every new one. Text in and out: ``txl_minimal.generate_text`` (data.py) encodes and decodes.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from txl_minimal import validation
+
+
+@torch.no_grad()
+def generate(model: torch.nn.Module, prompt, n_new: int, temperature: float = 1.0, top_k: Optional[int] = None,
+             generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """The prompt's token ids ((B, T) or (T,), a tensor or a list of ints) followed by ``n_new``
+    ids sampled from ``model`` (a ``TransformerXL``); ``temperature == 0`` is greedy, ``top_k``
+    keeps the k most likely tokens. The model is in eval mode meanwhile, and comes back as it was."""
+    if isinstance(prompt, str):  # text is encoded where text lives, not in the model
+        raise ValueError(f"generate takes token ids, not text (got {prompt!r}). Fix: "
+                         "txl_minimal.generate_text(model, text, n_new), or pass token ids: "
+                         "model.generate(torch.tensor([8, 9]), n_new)")
+    prompt, n_new, temperature, top_k = validation.check_generate(prompt, n_new, temperature, top_k)
+    seq = torch.as_tensor(prompt, device=model.pos_emb.inv_freq.device).long()
+    squeeze = seq.dim() == 1
+    seq = seq[None] if squeeze else seq
+    L, recurrent = model.cfg.tgt_len, model.cfg.mem_len > 0
+    unread, mems = (seq if recurrent else seq[:, -L:]), None
+    with model.lengths():  # eval mode, restored afterwards
+        for _ in range(n_new):
+            for segment in unread.split(L, dim=1):  # the prompt: segment by segment
+                out = model(segment, mems)
+                mems = out.mems  # (empty without memory)
+            logits = out.logits[:, -1].float()
+            if top_k is not None:  # only the k most likely tokens may be drawn
+                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            if temperature == 0:  # greedy
+                nxt = logits.argmax(-1, keepdim=True)
+            else:
+                # (logit - max) / T in float64 lies in [-inf, 0] for any T > 0: no NaN from a T
+                # of 1e-45 (inf) or 1e39 (inf in float32, and -inf / inf after top_k)
+                scaled = (logits - logits.max(-1, keepdim=True).values).double() / temperature
+                nxt = torch.multinomial(F.softmax(scaled, -1), 1, generator=generator)
+            seq = torch.cat([seq, nxt], dim=1)
+            unread = nxt if recurrent else seq[:, -L:]  # with memory each token is read once
+    return seq[0] if squeeze else seq
