@@ -1,5 +1,6 @@
-"""txl_minimal.data: vocabulary, splits, the text8 download/cache path (with a small
-fake text8 served from tmp_path, never the network), text8-mini and the batch iterator."""
+"""txl_minimal.text8, through txl_minimal.data: vocabulary, splits, the text8 download/cache path
+(with a small fake text8 served from tmp_path, never the network), text8-mini and load_corpus.
+The batch iterator is tested in test_batching.py."""
 
 import glob
 import gzip
@@ -20,9 +21,9 @@ import pytest
 import torch
 
 import txl_minimal.data
-from txl_minimal.data import (MINI_PATH, REPO_DATA, VOCAB, VOCAB_SIZE, Corpus, CorpusError,
-                              LMOrderedIterator, Text8Source, decode, encode, load_corpus,
-                              load_text8, load_text8_mini, split_corpus, text8_dir)
+import txl_minimal.text8
+from txl_minimal.data import (MINI_PATH, REPO_DATA, VOCAB, VOCAB_SIZE, Corpus, CorpusError, Text8Source,
+                              decode, encode, load_corpus, load_text8, load_text8_mini, split_corpus, text8_dir)
 
 
 pytestmark = pytest.mark.usefixtures("no_network")  # (tests/conftest.py: file:// URLs only)
@@ -294,7 +295,7 @@ def test_mini_ships_inside_the_package():
 def test_text8_goes_to_a_writable_folder(tmp_path, monkeypatch):
     """Source checkout: data/text8/; installed package: $TXL_DATA_DIR, else the user cache."""
     assert text8_dir() == REPO_DATA / "text8"  # these tests run from a checkout
-    monkeypatch.setattr(txl_minimal.data, "REPO_DATA", tmp_path / "site-packages" / "data")
+    monkeypatch.setattr(txl_minimal.text8, "REPO_DATA", tmp_path / "site-packages" / "data")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert text8_dir() == tmp_path / "cache" / "txl_minimal" / "text8"
     monkeypatch.delenv("XDG_CACHE_HOME")
@@ -328,32 +329,3 @@ def test_mini_rebuilds_identically():
         pytest.xfail("same text, different gzip bytes: this zlib compresses differently")
     assert hashlib.sha256(gz).hexdigest() == build.GZ_SHA256
 
-
-# ---------------------------------------------------------------- LMOrderedIterator
-
-
-@pytest.mark.parametrize("n, bsz, tgt_len", [(1000, 4, 32), (1003, 3, 50), (64, 2, 31)])
-def test_eval_iterator_covers_every_token_once_in_order(n, bsz, tgt_len):
-    data = np.random.default_rng(0).integers(0, 27, n).astype(np.uint8)
-    it = LMOrderedIterator(data, bsz, tgt_len, evaluation=True)
-    batches = list(it)
-    assert len(batches) == len(it)
-    cols = data[: n // bsz * bsz].reshape(bsz, -1)  # column b = contiguous piece b of the stream
-    xs = torch.cat([x for x, _ in batches], dim=1)
-    ys = torch.cat([y for _, y in batches], dim=1)
-    assert np.array_equal(xs.numpy(), cols[:, :-1]) and np.array_equal(ys.numpy(), cols[:, 1:])
-    for x, y in batches:
-        assert x.dtype == y.dtype == torch.long and x.shape == y.shape and x.shape[0] == bsz
-        assert x.shape[1] <= tgt_len and x.is_contiguous() and y.is_contiguous()
-        assert torch.equal(x[:, 1:], y[:, :-1])  # targets are inputs shifted by one
-
-
-def test_train_iterator_has_fixed_shapes_and_var_len_still_covers():
-    data = np.arange(1003) % 27
-    train = list(LMOrderedIterator(data, 3, 50))
-    assert len(train) == len(LMOrderedIterator(data, 3, 50)) == 333 // 50
-    assert all(x.shape == (3, 50) for x, _ in train)
-    var = list(LMOrderedIterator(data, 3, 50, var_len=True, seed=1))
-    ys = torch.cat([y for _, y in var], dim=1)
-    assert torch.equal(ys, torch.as_tensor(data[:1002].reshape(3, -1)[:, 1:]))
-    assert len({x.shape[1] for x, _ in var[:-1]}) > 1  # lengths really vary

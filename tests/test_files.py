@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from tiny import ROOT, synthetic_corpus, tiny_cfg, tiny_train_cfg
-from txl_minimal import checkpoint, data, pretrained
+from txl_minimal import checkpoint, data, pretrained, text8
 from txl_minimal.checkpoint import _feed, load_checkpoint, load_official_state_dict, official_state_dict, state_sha256
 from txl_minimal.data import CorpusError, load_text8, load_text8_mini
 from txl_minimal.evaluate import main as evaluate_main
@@ -451,7 +451,7 @@ def test_evaluating_a_folder_a_text_file_or_a_malicious_pickle(tmp_path, capsys)
 
 
 def test_text8_dir_with_home_unset_and_data_dir_missing(tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "REPO_DATA", tmp_path / "site-packages" / "data")  # as an installed package
+    monkeypatch.setattr(text8, "REPO_DATA", tmp_path / "site-packages" / "data")  # as an installed package
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.delenv("HOME", raising=False)
     assert data.text8_dir().name == "text8"  # the password database's home, no KeyError

@@ -1,7 +1,7 @@
-"""The package's import direction: model, data, utils at the bottom; checkpoint, then
-evaluate, then train above them; pretrained on top, loaded only by __init__ (lazily).
-The notebooks' helpers live in txl_minimal.tutorial, above the library (the model, and
-evaluate where they score text); no library module imports anything from there."""
+"""The package's import direction: model, data (over text8, word_corpora and batching), utils
+at the bottom; checkpoint, then evaluate, then train above them; pretrained on top, loaded only
+by __init__ (lazily). The notebooks' helpers live in txl_minimal.tutorial, above the library
+(the model, and evaluate where they score text); no library module imports anything from there."""
 from __future__ import annotations
 
 import ast
@@ -17,13 +17,17 @@ ALLOWED = {
     # the library
     "utils": set(),
     "wikifil": set(),
-    "validation": set(),  # torch only: the model's clear errors (text is encoded in data.py)
+    "validation": set(),  # torch only: the model's clear errors (text is encoded in text8.py)
     "adaptive": set(),  # torch only: the word-level embedding and softmax
     "sampling": {"validation"},  # generate: duck-typed, it imports no model
     "model": {"validation", "adaptive", "sampling"},  # only inside the package: model.py copied alone runs without them
     "fast": {"model"},  # the model's faster subclasses (model.py names only its hook, SPEEDUP)
     "words": set(),  # the authors' Vocab
-    "data": {"utils", "words"},  # generate_text calls model.generate without importing the model
+    "text8": {"utils"},  # characters: text8, text8-mini, Corpus, CorpusError
+    "word_corpora": {"utils", "words", "text8"},  # WikiText in text8's folder, with its download and cache
+    "batching": set(),  # torch and numpy only: the ordered iterator
+    # the corpora's front door; generate_text calls model.generate without importing the model
+    "data": {"text8", "word_corpora", "batching", "words"},
     "variants": {"model"},
     "flops": {"model"},
     "safetensors_io": {"utils"},  # the shipped weights' format, without pickle
@@ -32,7 +36,8 @@ ALLOWED = {
     "evaluate": {"model", "data", "utils", "checkpoint", "validation", "fast"},  # checks once; compile
     "train": {"model", "data", "utils", "checkpoint", "evaluate", "validation", "fast"},  # --compile
     "pretrained": {"model", "data", "utils", "checkpoint", "evaluate"},
-    "doctor": {"utils", "data", "checkpoint", "train", "safetensors_io"},  # python -m txl_minimal.doctor
+    "doctor": {"utils", "text8", "word_corpora", "checkpoint", "train",  # python -m txl_minimal.doctor
+               "safetensors_io"},
     # the notebooks' helpers
     "tutorial.context": {"model", "data", "utils", "evaluate"},
     "tutorial.analysis": {"model", "data", "utils", "evaluate"},

@@ -10,9 +10,11 @@ plus validation.py's clear errors and adaptive.py's word-level layers inside the
     fast         the model's faster subclasses, swapped in by ``model.fast_attn`` (the same numbers)
     variants     Shaw et al.'s encoding, adaptive span (registered on import)
     words        Vocab                                           (the authors' word vocabulary)
-    data         load_corpus, Corpus, LMOrderedIterator, encode, decode, as_ids, VOCAB,
-                 generate_text(model, "the king ", n_new)        (text in, text out);
-                 words: load_corpus("text8-mini-words" | "wt103" | "wt2")
+    text8        VOCAB, encode, decode, Corpus, load_text8, load_text8_mini   (characters)
+    word_corpora load_wikitext, load_text8_mini_words, word_stats  (words: WikiText-103/-2, text8-mini)
+    batching     LMOrderedIterator, as_ids                       (in order, batch first, for the memory)
+    data         load_corpus, generate_text(model, "the king ", n_new)   (text in, text out);
+                 the corpora's front door: text8's, word_corpora's and batching's names import from it too
     checkpoint   save, load, save_checkpoint, load_checkpoint, model_from_checkpoint,
                  official_state_dict, load_official_state_dict   (the authors' weights)
     evaluate     read_segments, evaluate, sliding_window_eval    (python -m txl_minimal.evaluate)

@@ -32,11 +32,11 @@ from collections.abc import Callable
 import torch
 
 from txl_minimal.checkpoint import PRETRAINED_DIR
-from txl_minimal.data import (MINI_PATH, TEXT8, WIKITEXT, CorpusError, _check_text, _read_cache, _read_word_cache,
-                              _unzip_and_check, text8_dir)
 from txl_minimal.safetensors_io import SafetensorsError, load_file
+from txl_minimal.text8 import MINI_PATH, TEXT8, CorpusError, _check_text, _read_cache, _unzip_and_check, text8_dir
 from txl_minimal.train import choose_precision, preset
 from txl_minimal.utils import MANIFEST, default_device, read_json, shipped_file_problem
+from txl_minimal.word_corpora import WIKITEXT, _read_word_cache
 
 ROOT = Path(__file__).resolve().parents[1]  # the clone, when this is one (it has notebooks/)
 SHIPPED_FOLDERS = (PRETRAINED_DIR, MINI_PATH.parent)  # the package's files, each with its MANIFEST.json

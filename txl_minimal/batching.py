@@ -1,0 +1,86 @@
+"""Token ids in order, batch first, as the authors' LMOrderedIterator serves them: row b of
+each batch continues row b of the batch before, so the memory (Sec. 3.2) carries over.
+
+    it = LMOrderedIterator(corpus.train, batch_size=22, tgt_len=512)
+    for x, y in it: ...                        # (batch, seq) LongTensors, y = x shifted by one
+    ids = as_ids(corpus.valid, limit=10_000)   # any ids as a new LongTensor on the CPU
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+
+def as_ids(data, limit: int | None = None) -> torch.Tensor:
+    """Token ids (list, numpy array or memmap, tensor) as a new LongTensor on the CPU.
+
+    ``limit`` keeps only the first that many. Floats are refused rather than truncated.
+    """
+    data = data[:limit] if limit is not None else data
+    if not isinstance(data, torch.Tensor):
+        data = np.asarray(data)
+        if data.size and data.dtype.kind not in "iu":
+            raise ValueError(f"token ids must be integers, got {data.dtype}. "
+                             "Encode text with encode().")
+        return torch.from_numpy(data.astype(np.int64))  # astype copies
+    if data.is_floating_point() or data.is_complex() or data.dtype == torch.bool:
+        raise ValueError(f"token ids must be integers, got {data.dtype}. Encode text with encode().")
+    return data.detach().to("cpu", torch.long, copy=True)
+
+
+class LMOrderedIterator:
+    """Serve a token stream as in-order segments, batch first, for recurrence memory.
+
+    The stream is cut into `batch_size` contiguous columns (row b of every batch
+    continues row b of the previous one, so mems carry over). Each step yields
+    inputs (batch, L) and targets (batch, L), the same columns shifted by one.
+
+    - training (default): every segment has L = tgt_len; the short tail is dropped.
+    - evaluation=True: the last, shorter segment is kept, so every token of each
+      column (after its first) is predicted exactly once.
+    - var_len=True: the authors' training trick; L ~ N(tgt_len, 5) (and tgt_len/2
+      with p=0.05), clipped to [5, tgt_len + 15]; len() is then only an estimate.
+    """
+
+    def __init__(self, data, batch_size: int, tgt_len: int, device: str | torch.device = "cpu",
+                 evaluation: bool = False, var_len: bool = False, seed: int = 0):
+        if not isinstance(data, torch.Tensor):
+            data = torch.from_numpy(np.array(data))  # a copy: memmaps are read-only
+        if data.dim() != 1:  # a (1, N) batch would count as 1 token
+            raise ValueError(f"LMOrderedIterator reads one stream of token ids (1-D), got shape {tuple(data.shape)}. "
+                             "Fix: pass the text as one sequence (ids.flatten()); batch_size cuts it into columns")
+        n_step = len(data) // batch_size  # tokens per column; the remainder is dropped
+        if n_step < 2:
+            raise ValueError(f"{len(data)} tokens are too few for batch_size={batch_size}")
+        # (batch, n_step) on the device, still uint8 for text8; .long() happens per segment.
+        self.data = data[: n_step * batch_size].view(batch_size, n_step).to(device)
+        self.batch_size, self.tgt_len = batch_size, tgt_len
+        self.evaluation, self.var_len = evaluation, var_len
+        self.rng = np.random.default_rng(seed)
+
+    def _starts_and_lengths(self) -> Iterator[tuple[int, int]]:
+        n_pred = self.data.size(1) - 1  # positions that have a next token
+        i = 0
+        while i < n_pred:
+            L = self.tgt_len
+            if self.var_len:
+                mean = self.tgt_len if self.rng.random() < 0.95 else self.tgt_len / 2
+                L = int(min(self.tgt_len + 15, max(5, int(self.rng.normal(mean, 5)))))
+            L = min(L, n_pred - i)
+            if L < self.tgt_len and not (self.evaluation or self.var_len):
+                return  # training: keep every batch the same shape
+            yield i, L
+            i += L
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for i, L in self._starts_and_lengths():
+            # .long() of a column slice makes a fresh contiguous tensor (safe to .view()).
+            yield self.data[:, i : i + L].long(), self.data[:, i + 1 : i + 1 + L].long()
+
+    def __len__(self) -> int:
+        n_pred = self.data.size(1) - 1
+        full, rest = divmod(n_pred, self.tgt_len)
+        return full + int(rest > 0 and (self.evaluation or self.var_len))
