@@ -1,4 +1,4 @@
-"""Shared fixtures: one tiny Transformer-XL for every test that needs a model."""
+"""Shared fixtures: one tiny Transformer-XL for every test that needs a model, one tiny run folder."""
 from __future__ import annotations
 
 import urllib.request
@@ -6,8 +6,9 @@ import urllib.request
 import pytest
 import torch
 
-from tiny import TINY
+from tiny import TINY, synthetic_corpus, tiny_cfg, tiny_train_cfg
 from txl_minimal.model import TransformerXL, TXLConfig
+from txl_minimal.train import train
 
 
 @pytest.fixture
@@ -47,3 +48,12 @@ def no_network(monkeypatch):
     monkeypatch.setattr(urllib.request, "urlopen", guarded)
     monkeypatch.delenv("TXL_CORPUS", raising=False)
     monkeypatch.delenv("TXL_DATA_DIR", raising=False)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A tiny training run with dropout (so its RNG state matters) and a memory."""
+    out = tmp_path_factory.mktemp("run")
+    train(tiny_cfg(), tiny_train_cfg(out, max_steps=6, eval_interval=3), synthetic_corpus("the cat sat "),
+          progress=False)
+    return out

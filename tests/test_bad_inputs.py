@@ -1,8 +1,8 @@
 """Bad input gets a clear error and loses nothing: one group per kind of mistake
-(the corpus cache and the text8 download's leftovers are tested in test_data.py)."""
+(the corpus cache and the text8 download's leftovers are tested in test_data.py; a used --out and a
+killed run's leftovers in test_run_folder.py)."""
 from __future__ import annotations
 
-import csv
 import os
 import random
 import warnings
@@ -14,55 +14,10 @@ from txl_minimal.checkpoint import load_checkpoint, save, save_checkpoint
 from txl_minimal.evaluate import evaluate, main as evaluate_main, sliding_window_eval
 from txl_minimal.train import TrainConfig, main as train_main, train
 
-from tiny import synthetic_corpus, tiny_cfg, tiny_train_cfg
-
-# --set values that make the cpu-tiny preset train in a second
-TINY_SET = ["d_model=16", "d_head=8", "d_inner=32", "eval_tokens=64"]
+from tiny import TINY_SET, cli_error, synthetic_corpus, tiny_cfg, tiny_train_cfg
 
 
-def cli_error(cli, argv: list[str], capsys) -> str:
-    """What an argparse error printed; fails unless the command exited with status 2."""
-    with pytest.raises(SystemExit) as exit_:
-        cli(argv)
-    assert exit_.value.code == 2
-    return capsys.readouterr().err
-
-
-def snapshot(folder) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
-
-
-# 1. a run in --out is never overwritten silently ------------------------------------------
-
-def test_training_into_a_used_out_dir_is_refused_before_anything_is_written(tmp_path, capsys):
-    corpus = synthetic_corpus("abc def ")
-    cfg = tiny_train_cfg(tmp_path, max_steps=2, eval_interval=2)
-    train(tiny_cfg(), cfg, corpus, progress=False)
-    before = snapshot(tmp_path)
-    with pytest.raises(FileExistsError, match=r"holds a run \(ckpt.pt, log.csv, best.pt\).*--resume.*--overwrite"):
-        train(tiny_cfg(), cfg, corpus, progress=False)
-    assert snapshot(tmp_path) == before  # nothing lost
-    err = cli_error(train_main, ["--out", str(tmp_path), "--max-steps", "2", "--no-progress"], capsys)
-    assert "already holds a run" in err and "--overwrite" in err and "Traceback" not in err
-    assert snapshot(tmp_path) == before
-
-    for name in ("ckpt.pt", "best.pt"):  # a log alone is a run too (scripts/ablation.py deletes the weights)
-        (tmp_path / name).unlink()
-    with pytest.raises(FileExistsError, match=r"holds a run's log.csv but no ckpt.pt.*Fix: --overwrite"):
-        train(tiny_cfg(), cfg, corpus, progress=False)
-    with pytest.raises(ValueError, match="choose one"):
-        train(tiny_cfg(), cfg, corpus, progress=False, resume=True, overwrite=True)
-    err = cli_error(train_main, ["--out", str(tmp_path), "--resume", "--overwrite"], capsys)
-    assert "--overwrite: not allowed with argument --resume" in err
-
-    res = train(tiny_cfg(), tiny_train_cfg(tmp_path, max_steps=4, eval_interval=4, log_interval=4), corpus,
-                progress=False, overwrite=True)  # opting in replaces the run
-    assert res.step == 4 and [r["step"] for r in csv.DictReader(open(tmp_path / "log.csv"))] == ["4"]
-    train_main(["--out", str(tmp_path), "--max-steps", "2", "--no-progress", "--overwrite", "--set", *TINY_SET])
-    assert load_checkpoint(tmp_path / "ckpt.pt")["step"] == 2
-
-
-# 2. booleans given as strings ---------------------------------------------------------------
+# 1. booleans given as strings ---------------------------------------------------------------
 
 def test_boolean_strings_are_parsed_by_set_and_refused_by_the_configs(tmp_path, capsys, tiny_config,
                                                                       tiny_model):
@@ -87,7 +42,7 @@ def test_boolean_strings_are_parsed_by_set_and_refused_by_the_configs(tmp_path, 
             TrainConfig(**{field: "no"})
 
 
-# 3. TrainConfig is validated ------------------------------------------------------------------
+# 2. TrainConfig is validated ------------------------------------------------------------------
 
 @pytest.mark.parametrize("field,value", [
     ("eval_interval", 0), ("log_interval", 0), ("batch_size", 0), ("lr", 0), ("lr", float("nan")),
@@ -131,7 +86,7 @@ def test_train_cli_turns_bad_settings_into_a_usage_error(tmp_path, capsys, argv,
     assert not (tmp_path / "run").exists()  # refused before anything was written
 
 
-# 4. damaged checkpoints ------------------------------------------------------------------------
+# 3. damaged checkpoints ------------------------------------------------------------------------
 
 @pytest.fixture
 def tiny_checkpoint(tmp_path, tiny_model):
@@ -207,7 +162,7 @@ def test_evaluate_cli_fails_on_a_damaged_checkpoint_or_nan_weights(tiny_checkpoi
     assert "is corrupt or incomplete" in cli_error(evaluate_main, argv, capsys)
 
 
-# 5. non-positive counts -------------------------------------------------------------------------
+# 4. non-positive counts -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("call, name", [
     (lambda m, ids: evaluate(m, ids, max_tokens=-5), "max_tokens"),  # used to score a wrong count
@@ -229,7 +184,7 @@ def test_evaluate_cli_rejects_non_positive_counts(capsys, flag, value):
     assert f"argument {flag}: must be an integer >=" in err
 
 
-# 7. memory that does not fit the model ----------------------------------------------------------
+# 5. memory that does not fit the model ----------------------------------------------------------
 
 def test_mems_of_another_size_dtype_or_device_are_named(tiny_model):
     model = tiny_model(dtype=torch.float32)
@@ -247,7 +202,7 @@ def test_mems_of_another_size_dtype_or_device_are_named(tiny_model):
     assert model(x, mems).logits.shape == (2, 6, 27)  # the right memory still works
 
 
-# 8. float ids, and generate's mode after an error -----------------------------------------------
+# 6. float ids, and generate's mode after an error -----------------------------------------------
 
 def test_float_ids_are_refused_and_generate_restores_the_mode(tiny_model):
     model = tiny_model()
@@ -262,19 +217,3 @@ def test_float_ids_are_refused_and_generate_restores_the_mode(tiny_model):
     with pytest.raises(ValueError, match=r"token ids must be in \[0, 26\]"):
         model.generate(torch.tensor([3, 30]), 3)  # raises inside generate's read of the prompt
     assert model.training and model.cfg.tgt_len == 6
-
-
-# 9. leftovers of a killed run are removed by the next one ---------------------------------------
-
-def test_orphan_checkpoint_temp_files_are_removed_by_the_next_run(tmp_path):
-    tmp_path.joinpath("ckpt.pt.abc123.tmp").write_bytes(b"half a checkpoint")  # a write killed mid-way
-    tmp_path.joinpath("best.pt.abc124.tmp").write_bytes(b"half a best checkpoint")
-    train(tiny_cfg(), tiny_train_cfg(tmp_path, max_steps=2, eval_interval=2), synthetic_corpus("abc def "),
-          progress=False)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "ckpt.pt", "log.csv"]
-    tmp_path.joinpath("ckpt.pt.def456.tmp").write_bytes(b"")
-    tmp_path.joinpath("best.pt.def457.tmp").write_bytes(b"")
-    train(tiny_cfg(), tiny_train_cfg(tmp_path, max_steps=3, eval_interval=3), synthetic_corpus("abc def "),
-          resume=True, progress=False)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "ckpt.pt", "log.csv"]
-

@@ -11,6 +11,7 @@ import textwrap
 import pytest
 import torch
 
+import txl_minimal.devices as devices
 import txl_minimal.train as train_py
 from txl_minimal.checkpoint import load_checkpoint
 from txl_minimal.train import choose_precision, cpu_precision, time_training_step, train
@@ -27,7 +28,7 @@ def fresh_measurements():
 
 def test_a_run_records_its_choice_and_a_resume_keeps_it(tmp_path, monkeypatch, capsys):
     corpus = synthetic_corpus("abc def ")
-    monkeypatch.setattr(train_py, "bf16_speedup", lambda *a, **k: 2.5)  # a CPU with fast bf16
+    monkeypatch.setattr(devices, "bf16_speedup", lambda *a, **k: 2.5)  # a CPU with fast bf16
     cfg = tiny_train_cfg(tmp_path, amp="auto", max_steps=4, eval_interval=2)
     train(tiny_cfg(), cfg, corpus, stop_at=2, progress=False)
     choice = load_checkpoint(tmp_path / "ckpt.pt")["choice"]
@@ -35,7 +36,7 @@ def test_a_run_records_its_choice_and_a_resume_keeps_it(tmp_path, monkeypatch, c
     capsys.readouterr()
     # resumed where bf16 would now measure slower: the run goes on as it started, measuring nothing
     cpu_precision.cache_clear()
-    monkeypatch.setattr(train_py, "bf16_speedup", lambda *a, **k: pytest.fail("measured again on resume"))
+    monkeypatch.setattr(devices, "bf16_speedup", lambda *a, **k: pytest.fail("measured again on resume"))
     res = train(tiny_cfg(), cfg, corpus, resume=True, progress=False)
     assert res.step == 4 and load_checkpoint(tmp_path / "ckpt.pt")["choice"] == choice
     assert "as when this run started" in capsys.readouterr().out
@@ -78,9 +79,9 @@ def test_the_gpu_measurement_picks_the_fastest_step(monkeypatch, capsys):
     """On a GPU "auto" times real training steps (a matmul alone said bf16; steps of a small model on
     an H100 said fp32). The choosing is the same code on any device: here with made-up timings."""
     timings = {("bf16", True): 17.5e-3, ("bf16", False): 17.1e-3, ("off", True): 13.4e-3, ("off", False): 12.1e-3}
-    monkeypatch.setattr(train_py, "time_training_step", lambda cfg, b, d, amp, fast: timings[amp, fast])
-    monkeypatch.setattr(train_py, "_low_precision", lambda device: "bf16")
-    monkeypatch.setattr(train_py, "_device_name", lambda device: "a GPU")
+    monkeypatch.setattr(devices, "time_training_step", lambda cfg, b, d, amp, fast: timings[amp, fast])
+    monkeypatch.setattr(devices, "_low_precision", lambda device: "bf16")
+    monkeypatch.setattr(devices, "_device_name", lambda device: "a GPU")
     model_cfg, cfg = train_py.preset("cpu-tiny", device="cpu")
     choice = choose_precision(cfg, model_cfg, torch.device("cuda"))  # (nothing runs on it: timings are made up)
     assert (choice["amp"], choice["fast_attn"]) == ("off", False)
@@ -94,7 +95,7 @@ def test_the_gpu_measurement_picks_the_fastest_step(monkeypatch, capsys):
         if amp == "off":
             raise torch.cuda.OutOfMemoryError("fp32 does not fit")
         return timings[amp, fast]
-    monkeypatch.setattr(train_py, "time_training_step", out_of_memory)
+    monkeypatch.setattr(devices, "time_training_step", out_of_memory)
     assert choose_precision(cfg, model_cfg, torch.device("cuda"))["amp"] == "bf16"
 
 
@@ -108,10 +109,11 @@ def test_time_training_step_runs_a_real_step():
 WORKER = textwrap.dedent("""
     import json, os, sys
     import torch.distributed as dist
+    import txl_minimal.devices as devices
     import txl_minimal.train as train_py
     rank = int(os.environ["RANK"])
     # each rank's own measurement disagrees: rank 0 would pick bf16, rank 1 fp32
-    train_py.bf16_speedup = lambda *a, **k: 2.0 if rank == 0 else 0.5
+    devices.bf16_speedup = lambda *a, **k: 2.0 if rank == 0 else 0.5
     dist.init_process_group("gloo")
     model_cfg, cfg = train_py.preset("cpu-tiny", device="cpu")
     choice = train_py.choose_once(cfg, model_cfg, train_py.torch.device("cpu"), None, rank, 2)

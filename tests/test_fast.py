@@ -235,9 +235,9 @@ def test_bf16_speedup_is_a_measured_ratio():
 
 @pytest.mark.parametrize("speedup,expected", [(2.4, "bf16"), (1.05, "off"), (0.5, "off")])
 def test_auto_precision_picks_bf16_only_where_faster(monkeypatch, capsys, speedup, expected, tmp_path):
-    import txl_minimal.train as train_py
+    import txl_minimal.devices as devices
     cpu_precision.cache_clear()
-    monkeypatch.setattr(train_py, "bf16_speedup", lambda *a, **k: speedup)
+    monkeypatch.setattr(devices, "bf16_speedup", lambda *a, **k: speedup)
     model_cfg, cfg = preset("cpu-tiny", device="cpu", out=str(tmp_path))
     autocast, _ = amp_context(choose_precision(cfg, model_cfg, torch.device("cpu"))["amp"], torch.device("cpu"))
     assert isinstance(autocast, torch.autocast) == (expected == "bf16")
@@ -249,8 +249,8 @@ def test_auto_precision_picks_bf16_only_where_faster(monkeypatch, capsys, speedu
 
 
 def test_amp_off_never_measures(monkeypatch, tmp_path):
-    import txl_minimal.train as train_py
-    monkeypatch.setattr(train_py, "bf16_speedup", lambda *a, **k: pytest.fail("measured"))
+    import txl_minimal.devices as devices
+    monkeypatch.setattr(devices, "bf16_speedup", lambda *a, **k: pytest.fail("measured"))
     model_cfg, cfg = preset("cpu-tiny", device="cpu", out=str(tmp_path), amp="off")
     autocast, _ = amp_context(choose_precision(cfg, model_cfg, torch.device("cpu"))["amp"], torch.device("cpu"))
     assert not isinstance(autocast, torch.autocast)

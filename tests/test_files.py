@@ -1,11 +1,10 @@
 """Every file the package ships, caches or writes is checked before use: each kind, damaged
 four ways (truncated, empty, random bytes, wrong content), gets one error naming the file,
 what is wrong and how to get a good copy; never a traceback from inside gzip, numpy or torch.
-Then the training run's own files: the full-state checksum (bit flips), the --out lock,
-Ctrl-C and resume."""
+Then the training run's own files: the full-state checksum (bit flips); the --out lock, Ctrl-C
+and resume are test_run_folder.py's."""
 from __future__ import annotations
 
-import csv
 import gzip
 import io
 import json
@@ -13,10 +12,6 @@ import os
 import random
 import re
 import shutil
-import signal
-import subprocess
-import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -24,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from tiny import ROOT, synthetic_corpus, tiny_cfg, tiny_train_cfg
+from tiny import DAMAGES, ROOT, cli_error, damage, synthetic_corpus, tiny_cfg, tiny_train_cfg
 from txl_minimal import checkpoint, data, pretrained, text8
 from txl_minimal.checkpoint import _feed, load_checkpoint, load_official_state_dict, official_state_dict, state_sha256
 from txl_minimal.data import CorpusError, load_text8, load_text8_mini
@@ -33,26 +28,8 @@ from txl_minimal.train import LOCK, main as train_main, preset, train
 from txl_minimal.tutorial.ablation import load_results
 from txl_minimal.utils import MANIFEST, file_sha256, shipped_fix
 
-DAMAGES = ("truncated", "empty", "random bytes", "wrong content")
 SHIPPED = {ROOT / "txl_minimal" / "pretrained": ("*.safetensors", "*.json", "*.csv"),
            ROOT / "txl_minimal" / "corpus": ("*.gz",)}
-TINY_SET = ["d_model=16", "d_head=8", "d_inner=32", "eval_tokens=64"]
-
-
-def damage(path: Path, how: str, wrong: bytes) -> None:
-    """Replace ``path`` by a damaged copy of itself (``wrong``: another valid file of its kind)."""
-    raw = path.read_bytes()
-    path.write_bytes({"truncated": raw[: len(raw) // 2], "empty": b"",
-                      "random bytes": random.Random(0).randbytes(len(raw)), "wrong content": wrong}[how])
-
-
-def cli_error(cli, argv: list[str], capsys) -> str:
-    with pytest.raises(SystemExit) as exit_:
-        cli(argv)
-    assert exit_.value.code == 2
-    return capsys.readouterr().err
-
-
 # 1. the manifests of the shipped files -----------------------------------------------------------
 
 @pytest.mark.parametrize("folder", sorted(SHIPPED), ids=lambda p: p.name)
@@ -191,15 +168,6 @@ def test_text8_zip_with_a_damaged_deflate_stream(tmp_path):
         load_text8(tmp_path, source=src, opener=no_network, progress=False)
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    """A tiny training run with dropout (so its RNG state matters) and a memory."""
-    out = tmp_path_factory.mktemp("run")
-    train(tiny_cfg(), tiny_train_cfg(out, max_steps=6, eval_interval=3), synthetic_corpus("the cat sat "),
-          progress=False)
-    return out
-
-
 @pytest.mark.parametrize("how", DAMAGES)
 def test_training_checkpoint(run_dir, tmp_path, capsys, how):
     out = tmp_path / "run"
@@ -312,119 +280,7 @@ def test_stacked_memory_gets_a_clear_error(tiny_model):
         model(x, torch.stack(out.mems))
 
 
-# 5. --out: a folder, one training at a time -------------------------------------------------------
-
-def test_out_naming_a_file_says_it_must_be_a_folder(tmp_path, capsys):
-    (tmp_path / "notes.txt").write_text("mine")
-    for out in (tmp_path / "notes.txt", tmp_path / "notes.txt" / "run"):
-        err = cli_error(train_main, ["--out", str(out), "--max-steps", "1", "--no-progress", "--set", *TINY_SET],
-                        capsys)
-        assert "--out must be a folder" in err and "Errno" not in err
-    assert (tmp_path / "notes.txt").read_text() == "mine"
-
-
-def test_a_live_lock_refuses_and_a_dead_ones_is_taken_over(tmp_path, capsys):
-    corpus, cfg = synthetic_corpus("abc def "), tiny_train_cfg(tmp_path, max_steps=2, eval_interval=2)
-    lock = tmp_path / LOCK
-    lock.write_text(json.dumps(dict(pid=os.getpid(), host=os.uname().nodename, started="2026-11-24 21:00:00 UTC")))
-    with pytest.raises(FileExistsError, match=f"in use by another training \\(pid {os.getpid()} .*started "
-                                              "2026-11-24 21:00:00 UTC.*another --out.*delete"):
-        train(tiny_cfg(), cfg, corpus, progress=False)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK]  # another's lock is left alone
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    lock.write_text(json.dumps(dict(pid=dead.pid, host=os.uname().nodename, started="2026-11-24 21:00:00 UTC")))
-    train(tiny_cfg(), cfg, corpus, progress=False)
-    assert f"taking over the lock of pid {dead.pid}" in capsys.readouterr().err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "ckpt.pt", "log.csv"]  # released at the end
-
-
-def cli(out: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "txl_minimal.train", "--out", str(out), "--no-progress", "--threads", "1",
-            "--corpus", "text8-mini", *args]
-
-
-ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TXL_CORPUS="text8-mini")
-
-
-def test_two_trainings_started_together_into_one_out(tmp_path):
-    runs = {steps: subprocess.Popen(cli(tmp_path, "--max-steps", str(steps), "--set", *TINY_SET, "log_interval=4",
-                                        "eval_interval=200"), env=ENV, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True) for steps in (400, 300)}
-    done = {steps: (p.wait(timeout=300), p.stderr.read()) for steps, p in runs.items()}
-    winners = [steps for steps, (rc, _) in done.items() if rc == 0]
-    assert len(winners) == 1, done
-    loser_rc, loser_err = done[({400, 300} - set(winners)).pop()]
-    assert loser_rc == 2 and ("in use by another training (pid" in loser_err or "already holds a run" in loser_err)
-    assert "Traceback" not in loser_err
-    rows = list(csv.DictReader(open(tmp_path / "log.csv")))
-    assert [int(r["step"]) for r in rows] == list(range(4, winners[0] + 1, 4))  # one run's rows only
-    assert load_checkpoint(tmp_path / "ckpt.pt")["step"] == winners[0]
-    assert not (tmp_path / LOCK).exists()
-
-
-# 6. Ctrl-C saves the step; resume ends bit-exactly where an uninterrupted run does --------------
-
-def test_ctrl_c_saves_a_resumable_checkpoint_and_resume_is_bit_exact(tmp_path, monkeypatch):
-    steps, args = 600, ["--set", *TINY_SET, "dropout=0.1", "log_interval=5", "eval_interval=200"]
-    out = tmp_path / "interrupted"
-    # (a test run started in the background inherits an ignored SIGINT, which training keeps
-    # ignoring on purpose: give the child the default handler, as a terminal's process has)
-    p = subprocess.Popen(cli(out, "--max-steps", str(steps), *args), env=ENV, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    log = out / "log.csv"
-    deadline = time.time() + 120
-    while not (log.exists() and len(log.read_text().splitlines()) > 3) and time.time() < deadline:
-        time.sleep(0.05)
-    p.send_signal(signal.SIGINT)  # as Ctrl-C in the terminal does
-    rc, err = p.wait(timeout=120), p.stderr.read()
-    assert rc == 130, err
-    step = int(re.search(r"training interrupted at step (\d+): \S*ckpt.pt holds that step", err).group(1))
-    assert 0 < step < steps and "Traceback" not in err and "KeyboardInterrupt" not in err
-    assert re.search(r"python -m txl_minimal.train .*--max-steps 600 .*--resume$", err.strip())
-    assert load_checkpoint(out / "ckpt.pt")["step"] == step and not (out / LOCK).exists()
-
-    resumed = subprocess.run(cli(out, "--max-steps", str(steps), *args, "--resume"), env=ENV,
-                             capture_output=True, text=True)
-    assert resumed.returncode == 0, resumed.stderr
-    monkeypatch.setenv("TXL_CORPUS", "text8-mini")
-    train_main(cli(tmp_path / "straight", "--max-steps", str(steps), *args)[3:])  # in this process: one start-up less
-    a, b = load_checkpoint(out / "ckpt.pt"), load_checkpoint(tmp_path / "straight" / "ckpt.pt")
-    assert a["step"] == b["step"] == steps and a["model_config"]["dropout"] == 0.1
-    for key in ("model", "optimizer"):
-        assert state_sha256({key: a[key]}) == state_sha256({key: b[key]}), key  # bit-exact
-    assert all(torch.equal(x, y) for x, y in zip(a["mems"], b["mems"]))
-
-
-def test_resume_of_a_finished_run_says_so_and_changes_nothing(run_dir, tmp_path, capsys):
-    out = tmp_path / "run"
-    shutil.copytree(run_dir, out)
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
-    res = train(tiny_cfg(), tiny_train_cfg(out, max_steps=6, eval_interval=3), synthetic_corpus("the cat sat "),
-                resume=True, progress=False)
-    said = capsys.readouterr().out
-    assert res.complete and res.step == 6
-    assert res.valid_bpc == float(list(csv.DictReader(open(out / "log.csv")))[-1]["valid_bpc"])
-    assert "holds a complete run: step 6 of max_steps 6" in said and "--max-steps 12" in said and "nan" not in said
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-
-
-def test_resume_of_a_finished_run_on_the_command_line_exits_0(tmp_path, capsys):
-    argv = ["--out", str(tmp_path), "--max-steps", "4", "--no-progress", "--set", *TINY_SET, "eval_interval=2"]
-    train_main(argv)
-    capsys.readouterr()
-    train_main([*argv, "--resume"])  # returns: exit status 0
-    out = capsys.readouterr().out
-    assert "holds a complete run: step 4 of max_steps 4" in out and "nan" not in out and "tokens/s" not in out
-    argv[argv.index("4")] = "8"
-    train_main([*argv, "--resume", "--stop-at", "3"])
-    assert "is at step 4, already past --stop-at 3; nothing to train" in capsys.readouterr().out
-    train_main([*argv, "--resume"])  # the advice works: on to step 8
-    assert load_checkpoint(tmp_path / "ckpt.pt")["step"] == 8
-
-
-# 7. kept right: each gets a test -----------------------------------------------------------------
+# 5. kept right: each gets a test -----------------------------------------------------------------
 
 def test_unknown_preset_is_refused(capsys):
     with pytest.raises(ValueError, match="unknown preset 'cpu-huge'; choose one of"):
@@ -459,29 +315,6 @@ def test_text8_dir_with_home_unset_and_data_dir_missing(tmp_path, monkeypatch):
     monkeypatch.delenv("TXL_CORPUS", raising=False)  # (make test sets it to text8-mini, which would win)
     with pytest.raises(CorpusError, match=f"text8 not found in {re.escape(str(tmp_path / 'missing'))}.*Fix"):
         data.load_corpus("text8", download=False)
-
-
-@pytest.mark.parametrize("how", DAMAGES)
-def test_damaged_log_on_resume(run_dir, tmp_path, how):
-    out = tmp_path / "run"
-    shutil.copytree(run_dir, out)
-    log, ckpt = out / "log.csv", (out / "ckpt.pt").read_bytes()
-    rows = log.read_text().splitlines()
-    damage(log, how, (ROOT / "results" / "long_range.json").read_bytes())
-    if how == "truncated":  # a kill mid-write: the last line cut short
-        log.write_text("\n".join(rows[:3]) + "\n" + rows[3][:10])
-    resume = lambda: train(tiny_cfg(), tiny_train_cfg(out, max_steps=9, eval_interval=3),  # noqa: E731
-                           synthetic_corpus("the cat sat "), resume=True, progress=False)
-    if how in ("random bytes", "wrong content"):
-        before = log.read_bytes()
-        with pytest.raises(ValueError, match=f"{re.escape(str(log))} is damaged.*Fix: restore.*move it aside"):
-            resume()
-        assert log.read_bytes() == before and (out / "ckpt.pt").read_bytes() == ckpt  # nothing written
-    else:
-        with pytest.warns(UserWarning, match="cut short" if how == "truncated" else "is empty"):
-            resume()
-        steps = [int(r["step"]) for r in csv.DictReader(open(log))]
-        assert steps == ([2, 3] if how == "truncated" else []) + [8, 9]  # rows 4, 6 were lost with the file
 
 
 def test_shipping_a_run_records_it_in_the_manifest(run_dir, tmp_path, monkeypatch):

@@ -12,12 +12,13 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import txl_minimal.train as train_py
+import txl_minimal.devices as devices
 from txl_minimal import fast
+from txl_minimal.command_line import parse_value
 from txl_minimal.checkpoint import load_checkpoint
 from txl_minimal.evaluate import evaluate
 from txl_minimal.model import TransformerXL
-from txl_minimal.train import Segments, TrainConfig, adam_options, compile_mode, train
+from txl_minimal.train import FIELD_TYPES, Segments, TrainConfig, adam_options, compile_mode, train
 from txl_minimal.utils import LN2
 
 from tiny import synthetic_corpus, tiny_cfg, tiny_train_cfg
@@ -109,9 +110,9 @@ def test_training_checks_the_texts_ids_once(tmp_path):
 def test_adam_auto_is_fused_on_cuda_and_foreach_elsewhere(monkeypatch):
     assert adam_options("auto", CPU) == dict(foreach=True)
     assert adam_options("for-loop", CPU) == dict(foreach=False)
-    monkeypatch.setattr(train_py, "_fused_adam_runs", lambda device: True)
+    monkeypatch.setattr(devices, "_fused_adam_runs", lambda device: True)
     assert adam_options("auto", CUDA) == dict(fused=True)
-    monkeypatch.setattr(train_py, "_fused_adam_runs", lambda device: device != "cpu")
+    monkeypatch.setattr(devices, "_fused_adam_runs", lambda device: device != "cpu")
     with pytest.raises(ValueError, match="no fused Adam on cpu.*Fix: adam='auto' or 'foreach'"):
         adam_options("fused", CPU)
     with pytest.raises(ValueError, match="TrainConfig.adam must be one of"):
@@ -128,7 +129,7 @@ def test_foreach_adam_gives_the_for_loop_numbers(tmp_path):
 
 
 ADAMS = ["foreach", "for-loop", pytest.param("fused", marks=pytest.mark.skipif(
-    not train_py._fused_adam_runs("cpu"), reason="this torch has no fused Adam on a CPU (torch < 2.4)"))]
+    not devices._fused_adam_runs("cpu"), reason="this torch has no fused Adam on a CPU (torch < 2.4)"))]
 
 
 @pytest.mark.parametrize("adam", ADAMS)
@@ -157,22 +158,22 @@ def test_a_resume_keeps_this_runs_adam(tmp_path, saved):
 
 # 3. torch.compile: "auto" on CUDA, CUDA graphs as an option ----------------------------------
 def test_compile_mode(monkeypatch):
-    monkeypatch.setattr(train_py, "_has_triton", lambda: True)
+    monkeypatch.setattr(devices, "_has_triton", lambda: True)
     modes = {c: (compile_mode(TrainConfig(compile=c), CPU), compile_mode(TrainConfig(compile=c), CUDA))
              for c in (False, True, "auto", "reduce-overhead")}
     assert modes == {False: (None, None), True: ("default", "default"), "auto": (None, "default"),
                      "reduce-overhead": ("reduce-overhead", "reduce-overhead")}
-    monkeypatch.setattr(train_py, "_has_triton", lambda: False)  # no GPU code generator: eager
+    monkeypatch.setattr(devices, "_has_triton", lambda: False)  # no GPU code generator: eager
     assert compile_mode(TrainConfig(), CUDA) is None and TrainConfig().compile == "auto"
     with pytest.raises(ValueError, match=r"compile must be True or False, or one of \('auto', 'reduce-overhead'\)"):
         TrainConfig(compile="max")
 
 
 def test_compile_is_set_from_the_command_line():
-    parsed = {text: train_py._parse_value("compile", text) for text in ("reduce-overhead", "auto", "no", "True")}
+    parsed = {text: parse_value("compile", text, FIELD_TYPES) for text in ("reduce-overhead", "auto", "no", "True")}
     assert parsed == {"reduce-overhead": "reduce-overhead", "auto": "auto", "no": False, "True": True}
     with pytest.raises(ValueError, match="compile is true or false .*, or one of auto, reduce-overhead"):
-        train_py._parse_value("compile", "max")
+        parse_value("compile", "max", FIELD_TYPES)
 
 
 def test_cuda_graphs_mark_each_step_and_copy_the_memory(tiny_model, monkeypatch):
@@ -335,7 +336,7 @@ def test_compiled_evaluation_gives_the_eager_numbers(tiny_model, monkeypatch):
 
 # -- after review: what an evaluation keeps, compile errors, FlexAttention's limits ------------------
 
-@pytest.mark.skipif(not train_py._fused_adam_runs("cpu"), reason="no fused Adam on this torch's CPU")
+@pytest.mark.skipif(not devices._fused_adam_runs("cpu"), reason="no fused Adam on this torch's CPU")
 def test_periodic_valid_bpc_with_fused_adam_is_the_weights_own(tmp_path):
     """Fused Adam (CUDA's default here) updates the weights in place without bumping their version
     counters, which the evaluation cache checked: an evaluation whose first segment had the previous
@@ -358,9 +359,9 @@ def test_a_cuda_error_is_not_taken_for_a_compiler_error():
     the word "compile" must not switch compiling off and hide the model's own failure."""
     cuda = RuntimeError("CUDA error: device-side assert triggered\nCompile with `TORCH_USE_CUDA_DSA` to enable "
                         "device-side assertions.")
-    assert not train_py._is_compiler_error(cuda)
-    assert train_py._is_compiler_error(RuntimeError("inductor: C++ compile failed"))
-    assert not train_py._is_compiler_error(ValueError("token ids must be in [0, 26]"))
+    assert not devices._is_compiler_error(cuda)
+    assert devices._is_compiler_error(RuntimeError("inductor: C++ compile failed"))
+    assert not devices._is_compiler_error(ValueError("token ids must be in [0, 26]"))
 
 
 def test_flex_attention_is_refused_where_it_cannot_train(tmp_path):

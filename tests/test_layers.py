@@ -1,7 +1,8 @@
 """The package's import direction: model, data (over text8, word_corpora and batching), utils
-at the bottom; checkpoint, then evaluate, then train above them; pretrained on top, loaded only
-by __init__ (lazily). The notebooks' helpers live in txl_minimal.tutorial, above the library
-(the model, and evaluate where they score text); no library module imports anything from there."""
+at the bottom; checkpoint, then evaluate, then train above them (over its presets, devices,
+run_folder and command_line); pretrained on top, loaded only by __init__ (lazily). The
+notebooks' helpers live in txl_minimal.tutorial, above the library (the model, and evaluate
+where they score text); no library module imports anything from there."""
 from __future__ import annotations
 
 import ast
@@ -34,7 +35,12 @@ ALLOWED = {
     "tasks": {"model", "utils", "safetensors_io"},  # the recall stream and its models
     "checkpoint": {"model", "data", "utils", "safetensors_io"},
     "evaluate": {"model", "data", "utils", "checkpoint", "validation", "fast"},  # checks once; compile
-    "train": {"model", "data", "utils", "checkpoint", "evaluate", "validation", "fast"},  # --compile
+    "presets": {"model", "data"},  # the presets' settings (their TrainConfig is made in train.py)
+    "devices": {"model", "data", "utils", "validation", "fast"},  # DDP, precision, compile, Adam
+    "run_folder": {"model", "utils", "checkpoint", "devices"},  # lock, log.csv, checkpoints, resume, Ctrl-C
+    "command_line": {"data", "utils", "devices", "run_folder"},  # train.main's flags
+    "train": {"model", "data", "utils", "checkpoint", "evaluate", "validation", "presets", "devices", "run_folder",
+              "command_line"},
     "pretrained": {"model", "data", "utils", "checkpoint", "evaluate"},
     "doctor": {"utils", "text8", "word_corpora", "checkpoint", "train",  # python -m txl_minimal.doctor
                "safetensors_io"},

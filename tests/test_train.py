@@ -1,7 +1,7 @@
-"""Tests of txl_minimal.train: schedule, presets, resume, DDP, learning, the command line."""
+"""Tests of txl_minimal.train: schedule, presets, DDP, learning, the command line (resume and best.pt:
+test_run_folder.py)."""
 from __future__ import annotations
 
-import csv
 import math
 import os
 import re
@@ -15,14 +15,13 @@ import torch
 
 from types import SimpleNamespace
 
-from txl_minimal.checkpoint import load_checkpoint, weights_sha256
+from txl_minimal.checkpoint import load_checkpoint
 from txl_minimal.data import Corpus, load_corpus
-from txl_minimal.evaluate import evaluate
 from txl_minimal.model import TransformerXL
-from txl_minimal.train import (PRESETS, RUN_FILES, cpu_precision, TrainConfig, lr_at, main, preset, sized_to_corpus,
+from txl_minimal.train import (PRESETS, cpu_precision, TrainConfig, lr_at, main, preset, sized_to_corpus,
                                train, training_loss)
 
-from tiny import ROOT, overfitting_cfg, overfitting_corpus, synthetic_corpus, tiny_cfg, tiny_train_cfg
+from tiny import ROOT, synthetic_corpus, tiny_cfg, tiny_train_cfg, weights as _weights
 
 
 # ----------------------------------------------------------------------------- schedule
@@ -84,45 +83,6 @@ def test_wt103_preset_is_the_papers_base_model_and_trains_a_step(tmp_path):
 
 
 # ----------------------------------------------------------------------------- training
-
-def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
-
-
-def test_resume_is_bit_exact(tmp_path):
-    # 12 steps over 5-segment passes: the run crosses two memory resets, and the
-    # interruption at step 7 falls mid-pass (position and memory must be restored).
-    corpus = synthetic_corpus("the quick brown fox jumps over the lazy dog ")
-    straight = train(tiny_cfg(), tiny_train_cfg(tmp_path / "a"), corpus, progress=False)
-    first = train(tiny_cfg(), tiny_train_cfg(tmp_path / "b"), corpus, stop_at=7, progress=False)
-    assert first.step == 7
-    ckpt = load_checkpoint(tmp_path / "b" / "ckpt.pt")
-    assert ckpt["data"] == dict(epoch=1, segment=2) and ckpt["mems"] is not None
-    resumed = train(tiny_cfg(), tiny_train_cfg(tmp_path / "b"), corpus, resume=True, progress=False)
-    assert resumed.step == 12
-    a, b = _weights(straight.model), _weights(resumed.model)
-    assert all(torch.equal(a[k], b[k]) for k in a), "resumed run differs from the uninterrupted one"
-    # without the restored state the run really does differ (so the test can fail)
-    fresh = train(tiny_cfg(), tiny_train_cfg(tmp_path / "c", seed=1), corpus, progress=False)
-    assert not all(torch.equal(a[k], v) for k, v in _weights(fresh.model).items())
-    # the log was continued, not restarted, and records the lr actually used
-    rows = list(csv.DictReader(open(tmp_path / "b" / "log.csv")))
-    assert [int(r["step"]) for r in rows] == [2, 4, 6, 7, 8, 10, 12]
-    cfg = tiny_train_cfg(tmp_path)
-    assert all(float(r["lr"]) == pytest.approx(lr_at(int(r["step"]), cfg), rel=1e-5) for r in rows)
-
-
-def test_resume_with_other_config_fails_clearly(tmp_path):
-    corpus = synthetic_corpus("abc def ")
-    train(tiny_cfg(), tiny_train_cfg(tmp_path, max_steps=2, eval_interval=2), corpus, progress=False)
-    with pytest.raises(ValueError, match=r"n_layer 2 there vs 3 here.*Fix"):
-        train(tiny_cfg(n_layer=3), tiny_train_cfg(tmp_path, max_steps=4), corpus, resume=True, progress=False)
-    with pytest.raises(ValueError) as err:
-        load_checkpoint(tmp_path / "ckpt.pt", tiny_cfg(d_model=32, mem_len=4))
-    assert "d_model" in str(err.value) and "mem_len" in str(err.value) and "n_head" not in str(err.value)
-    with pytest.raises(FileNotFoundError, match="drop --resume"):
-        train(tiny_cfg(), tiny_train_cfg(tmp_path / "none"), corpus, resume=True, progress=False)
-
 
 def test_progress_leaves_tqdm_disable_in_force(tmp_path, monkeypatch):
     """progress=True asks for the bar without forcing it on: TQDM_DISABLE=1 (the notebooks'
@@ -267,70 +227,6 @@ def test_evaluation_lines_without_the_bar_and_no_bar_in_a_log_file(tmp_path, cap
     assert capfd.readouterr() == ("", "")  # the library call stays silent (the notebooks use it)
 
 
-# ----------------------------------------------------------------------------- best.pt
-
-def periodic_valid(out) -> dict[int, float]:
-    return {int(r["step"]): float(r["valid_bpc"]) for r in csv.DictReader(open(out / "log.csv")) if r["valid_bpc"]}
-
-
-def test_best_checkpoint_holds_the_lowest_periodic_valid_bpc(tmp_path):
-    corpus = overfitting_corpus()
-    res = train(tiny_cfg(), overfitting_cfg(tmp_path / "run"), corpus, progress=False)
-    valid = periodic_valid(tmp_path / "run")
-    best_step = min(valid, key=valid.get)
-    assert list(valid) == [4, 8, 12, 16] and best_step < 16  # the premise: valid bpc rose after its best
-    best = load_checkpoint(tmp_path / "run" / "best.pt")
-    assert (best["step"], res.best_step) == (best_step, best_step)
-    assert best["valid_bpc"] == res.best_valid_bpc == pytest.approx(valid[best_step], abs=1e-5)
-    assert res.score("best") == ("bpc", res.best_valid_bpc) and res.best_valid_bpc < res.valid_bpc
-    assert load_checkpoint(tmp_path / "run" / "ckpt.pt")["best"] == dict(step=best_step, valid_bpc=best["valid_bpc"])
-    # the weights are those of that step: a run stopped there holds the same ones as its last state
-    stopped = train(tiny_cfg(), overfitting_cfg(tmp_path / "stopped"), corpus, stop_at=best_step, progress=False)
-    assert weights_sha256(best["model"]) == weights_sha256(stopped.model.state_dict())
-    assert weights_sha256(best["model"]) != weights_sha256(res.model.state_dict())  # not the last state
-    model = res.best_model()
-    assert weights_sha256(model.state_dict()) == weights_sha256(best["model"]) and not model.training
-    cfg = overfitting_cfg(tmp_path)  # the periodic evaluation's settings give its bpc back
-    again = evaluate(model, corpus.valid, cfg.eval_batch_size, max_tokens=cfg.eval_tokens)["bpc"]
-    assert again == pytest.approx(best["valid_bpc"], rel=1e-6)
-    assert best["train_config"]["corpus"] == "synthetic" and "optimizer" not in best
-
-
-def test_best_checkpoint_survives_a_resume_bit_exactly(tmp_path):
-    """Stopped after its best periodic step (8) and resumed, a run must end with the best.pt of an
-    uninterrupted one: the best so far is kept in ckpt.pt (without it step 12, 4.68, would replace
-    step 8's 4.63), and stop_at's extra evaluation does not compete (step 9 scores 4.62, lower)."""
-    corpus = overfitting_corpus()
-    straight = train(tiny_cfg(), overfitting_cfg(tmp_path / "a"), corpus, progress=False)
-    first = train(tiny_cfg(), overfitting_cfg(tmp_path / "b"), corpus, stop_at=9, progress=False)
-    assert first.valid_bpc < straight.best_valid_bpc  # the premise: the extra evaluation is lower
-    assert first.best_step == straight.best_step == 8
-    resumed = train(tiny_cfg(), overfitting_cfg(tmp_path / "b"), corpus, resume=True, progress=False)
-    a, b = load_checkpoint(tmp_path / "a" / "best.pt"), load_checkpoint(tmp_path / "b" / "best.pt")
-    assert (a["step"], a["valid_bpc"]) == (b["step"], b["valid_bpc"]) == (8, straight.best_valid_bpc)
-    assert weights_sha256(a["model"]) == weights_sha256(b["model"])
-    assert (resumed.best_step, resumed.best_valid_bpc) == (8, straight.best_valid_bpc)
-    done = train(tiny_cfg(), overfitting_cfg(tmp_path / "b"), corpus, resume=True, progress=False)
-    assert done.complete and (done.best_step, done.best_valid_bpc) == (8, straight.best_valid_bpc)
-
-
-def test_best_checkpoint_is_part_of_the_run_in_out(tmp_path):
-    """best.pt alone is a run (refused without --resume/--overwrite); --overwrite removes it, so
-    a new run that has not evaluated yet leaves no best.pt of the old one behind."""
-    assert "best.pt" in RUN_FILES
-    corpus, out = overfitting_corpus(), tmp_path / "run"
-    train(tiny_cfg(), overfitting_cfg(out), corpus, progress=False)
-    for name in ("ckpt.pt", "log.csv"):
-        (out / name).unlink()
-    with pytest.raises(FileExistsError, match=r"holds a run \(best.pt\)"):
-        train(tiny_cfg(), overfitting_cfg(out), corpus, progress=False)
-    res = train(tiny_cfg(), overfitting_cfg(out), corpus, stop_at=3, overwrite=True, progress=False)
-    assert sorted(p.name for p in out.iterdir()) == ["ckpt.pt", "log.csv"]  # no periodic evaluation yet
-    assert res.best_step == 0 and math.isnan(res.best_valid_bpc)
-    with pytest.raises(FileNotFoundError, match="no .*best.pt.*Fix: use result.model"):
-        res.best_model()
-
-
 # ----------------------------------------------------------------------------- a preset on a smaller corpus
 
 def test_a_preset_on_a_smaller_corpus_than_its_own_is_shortened():
@@ -355,7 +251,7 @@ def test_the_command_line_shortens_a_fallback_and_says_so(tmp_path, monkeypatch,
     """$TXL_CORPUS gives a preset another corpus than its own: fewer steps, one line; --max-steps wins."""
     monkeypatch.setitem(PRESETS["cpu-tiny"]["train"], "corpus", "text8")  # as if cpu-tiny were text8's
     monkeypatch.setenv("TXL_CORPUS", "text8-mini")
-    monkeypatch.setattr("txl_minimal.train.FALLBACK_EPOCHS", 0.01)  # 0.01 passes: 53 steps of 16 x 32
+    monkeypatch.setattr("txl_minimal.presets.FALLBACK_EPOCHS", 0.01)  # 0.01 passes: 53 steps of 16 x 32
     argv = ["--no-progress", "--set", "d_model=16", "d_head=8", "d_inner=32", "eval_tokens=64", "amp=off"]
     main(["--out", str(tmp_path / "a"), *argv])
     out = capsys.readouterr().out

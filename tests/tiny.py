@@ -1,9 +1,11 @@
-"""Tiny configs and corpora shared by the train/evaluate/checkpoint/pretrained tests."""
+"""Tiny configs and corpora, and small helpers, shared by the train/evaluate/checkpoint/pretrained tests."""
 from __future__ import annotations
 
+import random
 import re
 from pathlib import Path
 
+import pytest
 import torch
 
 from txl_minimal.data import Corpus, encode
@@ -17,6 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # The tiny model every test uses (conftest.tiny_model builds it, seeded and moved off the init).
 TINY = dict(vocab_size=27, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32,
             dropout=0.0, dropatt=0.0, tgt_len=6, mem_len=6)
+
+
+# --set values that make the cpu-tiny preset train in a second
+TINY_SET = ["d_model=16", "d_head=8", "d_inner=32", "eval_tokens=64"]
+DAMAGES = ("truncated", "empty", "random bytes", "wrong content")
 
 
 def tiny_cfg(**overrides) -> TXLConfig:
@@ -75,3 +82,22 @@ def run_segments(model, xs: list[torch.Tensor], train: bool):
             lps.append((-out.nll if out.logits is None else out.logits.log_softmax(-1)).detach())
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return lps, grads, mems
+
+
+def weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def cli_error(cli, argv: list[str], capsys) -> str:
+    """What an argparse error printed; fails unless the command exited with status 2."""
+    with pytest.raises(SystemExit) as exit_:
+        cli(argv)
+    assert exit_.value.code == 2
+    return capsys.readouterr().err
+
+
+def damage(path: Path, how: str, wrong: bytes) -> None:
+    """Replace ``path`` by a damaged copy of itself (``wrong``: another valid file of its kind), one of DAMAGES."""
+    raw = path.read_bytes()
+    path.write_bytes({"truncated": raw[: len(raw) // 2], "empty": b"",
+                      "random bytes": random.Random(0).randbytes(len(raw)), "wrong content": wrong}[how])

@@ -213,7 +213,7 @@ def load_checkpoint(path: str | Path, model_cfg: Optional[TXLConfig] = None,
     return ckpt
 
 
-LOG_HEADER = b"step,tokens,wall_time_s,"  # how a run's log.csv begins (train.CSV_COLUMNS)
+LOG_HEADER = b"step,tokens,wall_time_s,"  # how a run's log.csv begins (run_folder.CSV_COLUMNS)
 
 
 def _refuse_text(path: Path) -> None:

@@ -15,7 +15,7 @@ import sys
 import pytest
 import torch
 
-import txl_minimal.train as train_py
+import txl_minimal.devices as devices
 from txl_minimal import fast
 from txl_minimal.checkpoint import load
 from txl_minimal.evaluate import evaluate, read_segments
@@ -115,7 +115,7 @@ def test_a_training_step_never_waits_for_the_gpu(cuda, amp):
     autocast = torch.autocast("cuda", dtype=torch.float16 if amp == "fp16" else torch.bfloat16, enabled=amp != "off")
     runner = Segments(model, None, ids_checked=True)
     data = torch.randint(0, 27, (4, 8 * 10 + 1), device=cuda)
-    meter, state = train_py._LossMeter(), dict(mems=None)
+    meter, state = devices.LossMeter(), dict(mems=None)
 
     def step(i: int) -> None:
         x, y = data[:, 8 * i:8 * i + 8], data[:, 8 * i + 1:8 * i + 9]
@@ -207,7 +207,7 @@ print(json.dumps(out))
 
 
 def test_compile_auto_compiles_on_cuda(cuda):
-    assert compile_mode(TrainConfig(), cuda) == ("default" if train_py._has_triton() else None)
+    assert compile_mode(TrainConfig(), cuda) == ("default" if devices._has_triton() else None)
 
 
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
