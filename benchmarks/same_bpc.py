@@ -20,31 +20,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import txl_minimal.train as train_py  # noqa: E402
 from txl_minimal.data import load_corpus  # noqa: E402
-from txl_minimal.model import TransformerXL  # noqa: E402
 from txl_minimal.utils import atomic_write_text  # noqa: E402
 
 MODEL = dict(n_layer=2, n_head=2, d_model=64, d_head=32, d_inner=256, dropout=0.1, dropatt=0.0,
              tgt_len=32, mem_len=32)
 
 
-class Explicit(TransformerXL):
-    """The model with ``fast_attn = False`` from the start (what train() builds otherwise)."""
-
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.fast_attn = False
-
-
 def run(seed: int, fast_on: bool, steps: int, corpus) -> float:
-    train_py.TransformerXL = TransformerXL if fast_on else Explicit
-    try:
-        with tempfile.TemporaryDirectory() as out:
-            model_cfg, cfg = train_py.preset("cpu-tiny", **MODEL, max_steps=steps, eval_interval=steps,
-                                             warmup_steps=steps // 10, seed=seed, out=out, amp="off",
-                                             eval_tokens=32768, device="cpu")
-            return train_py.train(model_cfg, cfg, corpus, progress=False).valid_bpc
-    finally:
-        train_py.TransformerXL = TransformerXL
+    with tempfile.TemporaryDirectory() as out:  # attention= picks fast.py's subclasses or model.py's code
+        model_cfg, cfg = train_py.preset("cpu-tiny", **MODEL, max_steps=steps, eval_interval=steps,
+                                         warmup_steps=steps // 10, seed=seed, out=out, amp="off",
+                                         attention="fast" if fast_on else "explicit", eval_tokens=32768,
+                                         device="cpu")
+        return train_py.train(model_cfg, cfg, corpus, progress=False).valid_bpc
 
 
 def main(argv=None) -> dict:

@@ -191,6 +191,64 @@ def test_fast_paths_follow_the_flag(tiny_model):
         assert all(model.state_dict()[k] is v or torch.equal(model.state_dict()[k], v) for k, v in state.items())
 
 
+def test_a_fast_model_pickles_and_comes_back_fast(tiny_model, tmp_path):
+    """torch.save(model) / torch.load: the same class (fast.py's, made again by fast_class) and logits."""
+    model = tiny_model(dtype=torch.float32).eval()
+    x = torch.randint(0, 27, (2, 5))
+    torch.save(model, tmp_path / "m.pt")
+    back = torch.load(tmp_path / "m.pt", weights_only=False)
+    assert type(back) is type(model) and isinstance(back, fast.FastModel) and back.fast_attn
+    assert type(back.layers[0].dec_attn) is type(model.layers[0].dec_attn)
+    torch.testing.assert_close(back(x).logits, model(x).logits, rtol=0, atol=0)
+
+
+def test_a_subclass_keeps_its_own_attention_and_memory_with_fast_paths_on(tiny_model):
+    """A subclass that overrides a step (attend, next_memory) computes its own version with the fast
+    paths on too: they replace only model.py's steps."""
+    calls = []
+
+    class Doubled(RelMultiHeadAttn):
+        def attend(self, *args, **kwargs):
+            calls.append("attend")
+            out, prob = super().attend(*args, **kwargs)
+            return 2 * out, prob
+
+    class Forgetful(TransformerXL):
+        def next_memory(self, hids, mems):
+            calls.append("memory")
+            return [torch.zeros_like(m) for m in super().next_memory(hids, mems)]
+
+    base = tiny_model(dtype=torch.float32, dropout=0.0)
+    model = Forgetful(base.cfg)
+    model.load_state_dict(base.state_dict())
+    model.fast_attn = False
+    for layer in model.layers:
+        layer.dec_attn.__class__ = Doubled
+    x1, x2 = torch.randint(0, 27, (2, 2, 5))
+    results = []
+    for fast_on in (False, True):
+        model.fast_attn = fast_on
+        calls.clear()
+        with torch.no_grad():
+            out = model(x2, model(x1).mems)
+        results.append(out.logits)
+        assert calls.count("attend") == 2 * len(model.layers) and calls.count("memory") == 2, (fast_on, calls)
+        assert all(m.abs().sum() == 0 for m in out.mems)
+    torch.testing.assert_close(results[0], results[1], rtol=1e-5, atol=1e-5)
+
+
+def test_flex_set_on_an_explicit_model_takes_effect_when_fast_paths_come_on(tiny_model):
+    model = tiny_model()
+    model.fast_attn = False
+    model.flex_attn = True  # an explicit model has no FlexAttention path: nothing changes yet
+    if fast.flex_available():
+        model.fast_attn = True
+        assert model.flex_attn and all(l.dec_attn.flex for l in model.layers)
+    else:
+        with pytest.raises(ValueError, match="flex_attn needs torch.nn.attention.flex_attention"):
+            model.fast_attn = True
+
+
 # 4. torch.compile: the segment compiles without a graph break ---------------------------
 def test_segment_compiles_without_graph_breaks(tiny_model):
     model = tiny_model(dtype=torch.float32, dropout=0.1)

@@ -29,7 +29,7 @@ For a GPU (issue 30; benchmarks/gpu_compare.py times each, tests/gpu checks them
 
 - ``STRIDED_SDPA``: on CUDA, SDPA reads q, k, v in the layout their projection made (no copies).
 - ``attend_flex``: FlexAttention, the shifted (b)+(d) and the mask added inside the kernel
-  (``TransformerXL.flex_attn``; torch >= 2.5; off by default).
+  (``FastModel.flex_attn``; torch >= 2.5; off by default).
 - ``compile_segment``: ``model.segment`` under ``torch.compile``, with CUDA graphs' bookkeeping
   ("reduce-overhead"): training's ``train.Segments`` and ``evaluate(compile=...)`` use it.
 """
@@ -98,6 +98,20 @@ class _Fast:
 
     explicit: type = object
 
+    def __reduce_ex__(self, protocol):  # pickle (torch.save(model)) finds the class through fast_class
+        return _rebuild, (self.explicit,), self.__dict__
+
+
+def _rebuild(explicit: type):
+    cls = fast_class(explicit)
+    return cls.__new__(cls)
+
+
+def _own(module: nn.Module, name: str, base: type) -> bool:
+    """``module``'s explicit class computes ``name`` as ``base`` (model.py) does: not a subclass's own
+    version, which the fast path would skip (its ``project``, ``attend``, ``next_memory``, ...)."""
+    return getattr(type(module).explicit, name) is getattr(base, name)
+
 
 class Dropout(_Fast, nn.Dropout):
     """``nn.Dropout`` by ``dropout`` above; no parameters, so the state dict is ``nn.Dropout``'s (none)."""
@@ -126,7 +140,7 @@ def project_qkv(att: nn.Module, h: torch.Tensor, mem):
 
 
 def sliced_memory(model: nn.Module, hids: list[torch.Tensor], mems, mem_len: int):
-    """``model.update_memory(hids, mems, mem_len)`` from each layer's [SG(m) o h] that ``project_qkv``
+    """``model_py.update_memory(hids, mems, mem_len)`` from each layer's [SG(m) o h] that ``project_qkv``
     kept: one concatenation per layer instead of two. None (use ``update_memory``) unless every
     layer read exactly ``mems[i]`` and ``hids[i]`` (not a trimmed or shifted copy)."""
     kept = [layer.dec_attn.__dict__.pop("_segment_input", None) for layer in model.layers]
@@ -284,7 +298,7 @@ def flex_available() -> bool:
 
 
 def attend_flex(att: nn.Module, q, q_u, k, val, pos, mask, v) -> torch.Tensor:
-    """``attend_rel`` through FlexAttention (``TransformerXL.flex_attn``): one kernel takes scale (q+u) k^T
+    """``attend_rel`` through FlexAttention (``FastModel.flex_attn``): one kernel takes scale (q+u) k^T
     and adds, inside, the scaled (b)+(d) read at its shifted column and the mask. (q+v) (W_k,R R)^T is
     still one matmul, as in ``relative_attention``, but neither its shifted copy, nor the mask's bias,
     nor the gradient of a (B, H, T, K) bias is made, and the scores never leave the kernel. Compiled
@@ -361,8 +375,9 @@ def memo(owner: nn.Module, name: str, key: tuple, make):
 
 def forget(model: nn.Module) -> None:
     """Drop everything an evaluation kept (``memo``, ``kept``, the memory's keys and values). Called
-    when the model enters eval mode (``TransformerXL.train``): the weights may have changed since
-    without a version bump (fused Adam updates them in place without one; so does ``.data``)."""
+    when the model enters eval mode (``FastModel.train``) and when ``switch`` swaps the classes: the
+    weights may have changed since without a version bump (fused Adam updates them in place without
+    one; so does ``.data``)."""
     for m in model.modules():
         for name in [n for n in m.__dict__ if n.startswith("_memo_") or n in ("_memory_kv", "_segment_kv")]:
             del m.__dict__[name]
@@ -417,6 +432,8 @@ class FastAttention(_Fast):
     flex = False  # FlexAttention instead (``attend_flex``; ``FastModel.flex_attn`` sets it)
 
     def project(self, h: torch.Tensor, mem):
+        if not _own(self, "project", RelMultiHeadAttn):
+            return super().project(h, mem)
         if reusing(self):  # evaluation: the memory's k, v from the last segment
             return project_reusing_memory(self, h, mem)
         if active(self):  # no queries for the memory's rows
@@ -424,10 +441,10 @@ class FastAttention(_Fast):
         return super().project(h, mem)
 
     def attend(self, q, k, val, pos, mask, u, v, return_attn: bool = True):
-        if return_attn or type(self).reweight is not RelMultiHeadAttn.reweight:
-            return super().attend(q, k, val, pos, mask, u, v, return_attn)
+        if return_attn or not (_own(self, "attend", RelMultiHeadAttn) and _own(self, "reweight", RelMultiHeadAttn)):
+            return super().attend(q, k, val, pos, mask, u, v, return_attn)  # the probabilities are needed
         q_u = q if u is None else q + u[:, None]
-        own = type(self).positional_score is RelMultiHeadAttn.positional_score  # not a variant's (Shaw)
+        own = _own(self, "positional_score", RelMultiHeadAttn)  # not a variant's (Shaw)
         if self.flex and pos is not None and own and not (self.training and self.cfg.dropatt > 0):
             return attend_flex(self, q, q_u, k, val, pos, mask, v), None  # (it drops no attention weights)
         if active(self) and pos is not None and own:
@@ -458,14 +475,18 @@ class FastModel(_Fast):
 
     def relative_encoding(self, klen: int) -> torch.Tensor:
         make, inv_freq = super().relative_encoding, self.pos_emb.inv_freq
+        if not _own(self, "relative_encoding", TransformerXL):
+            return make(klen)
         return kept(self, "R", (klen, self.cfg.clamp_len, inv_freq.dtype, inv_freq.device), lambda: make(klen))
 
     def mask(self, qlen: int, mlen: int, device: torch.device) -> torch.Tensor:
         make, cfg = super().mask, self.cfg
+        if not _own(self, "mask", TransformerXL):
+            return make(qlen, mlen, device)
         return kept(self, "mask", (qlen, mlen, cfg.same_length, cfg.mem_len, device), lambda: make(qlen, mlen, device))
 
     def next_memory(self, hids: list[torch.Tensor], mems) -> list[torch.Tensor]:
-        if not active(self):
+        if not active(self) or not _own(self, "next_memory", TransformerXL):
             return super().next_memory(hids, mems)
         new = sliced_memory(self, hids, mems, self.cfg.mem_len)  # (one cat fewer)
         new = super().next_memory(hids, mems) if new is None else new
@@ -503,14 +524,19 @@ def fast_class(cls: type) -> type:
 def switch(model: nn.Module, on: bool) -> None:
     """``TransformerXL.fast_attn``'s hook: the model, its attention modules and dropouts become their
     fast subclass (on) or their own class again (off). Parameters, buffers and the state dict stay
-    as they are; what an evaluation kept is forgotten."""
+    as they are; what an evaluation kept is forgotten. A module added to the model later is swapped
+    when ``fast_attn`` is set again. ``flex_attn`` is one of these paths: set on an explicit model,
+    it takes effect (and is checked) when ``fast_attn`` is switched on."""
     forget(model)
+    flex = model.__dict__.pop("flex_attn", None)  # set while explicit: a plain attribute until now
     for m in model.modules():
         cls = type(m).explicit if isinstance(m, _Fast) else type(m)
         if on and (issubclass(cls, (RelMultiHeadAttn, TransformerXL)) or cls is nn.Dropout):
             m.__class__ = fast_class(cls)
         elif not on:
             m.__class__ = cls
+    if on and flex is not None:
+        model.flex_attn = flex
 
 
 model_py.SPEEDUP = switch

@@ -97,9 +97,8 @@ class TXLOutput:
 
 # -- 3.2 Segment-level recurrence with state reuse ---------------------------------------------------
 def attention_mask(qlen: int, mlen: int, same_length: bool, mem_len: int, device=None) -> torch.Tensor:
-    """Bool (qlen, mlen+qlen), True where query i (key index mlen + i) must NOT see key j: the
-    future; with ``same_length`` also keys beyond the last ``mem_len`` (the authors' evaluation
-    setting; with ``mem_len == 0`` their code masks every key and returns NaN, this one does not)."""
+    """Bool (qlen, mlen+qlen), True where query i (key index mlen + i) must NOT see key j: the future; with
+    ``same_length`` also keys beyond the last ``mem_len`` (the authors' evaluation; at mem_len 0 theirs gives NaN)."""
     ones = torch.ones(qlen, mlen + qlen, dtype=torch.bool, device=device)
     mask = torch.triu(ones, diagonal=1 + mlen)
     if same_length and mem_len > 0:
@@ -343,6 +342,7 @@ class TransformerXL(nn.Module):
         att = self.layers[layer].dec_attn
         return (att.r_w_bias, att.r_r_bias) if self.cfg.untie_r else (self.r_w_bias, self.r_r_bias)
 
+    # R, the mask, the next memory: segment's steps that fast.py's FastModel keeps between segments or slices
     def relative_encoding(self, klen: int) -> torch.Tensor:
         """R_{klen-1}, ..., R_0: key j's distance to the last query (above clamp_len: R_clamp_len)."""
         dist = torch.arange(klen - 1, -1, -1.0, device=self.pos_emb.inv_freq.device)
