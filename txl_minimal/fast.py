@@ -31,7 +31,7 @@ For a GPU (issue 30; benchmarks/gpu_compare.py times each, tests/gpu checks them
 - ``attend_flex``: FlexAttention, the shifted (b)+(d) and the mask added inside the kernel
   (``FastModel.flex_attn``; torch >= 2.5; off by default).
 - ``compile_segment``: ``model.segment`` under ``torch.compile``, with CUDA graphs' bookkeeping
-  ("reduce-overhead"): training's ``train.Segments`` and ``evaluate(compile=...)`` use it.
+  ("reduce-overhead"): training's ``devices.Segments`` and ``evaluate(compile=...)`` use it.
 """
 from __future__ import annotations
 

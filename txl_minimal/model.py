@@ -3,7 +3,7 @@
 Read top to bottom, this file follows Section 3 of the paper:
 
   3.2  segment-level recurrence      -> attention_mask, update_memory (read_segments: evaluate.py)
-  3.3  relative positional encoding  -> sinusoid_table, rel_shift, RelMultiHeadAttn
+  3.3  relative positional encoding  -> sinusoid_table, rel_shift (Appendix B), RelMultiHeadAttn
   3.3  (its end) the N-layer model   -> DecoderLayer, TransformerXL
 
 The relative attention score between query i and key j:
@@ -13,11 +13,13 @@ The relative attention score between query i and key j:
            + u^T Wk,E E_xj              (c) global content bias
            + v^T Wk,R R_{i-j}           (d) global positional bias
 
-Also here: the vanilla baseline, ``attn_type="abs"`` (and ``"abs_far"``: the authors' farther memory
-positions). Beside it: Shaw et al. and adaptive span (variants.py), adaptive input and softmax for words
-(adaptive.py), and fast.py's subclasses, the same numbers in less time (``model.fast_attn``; the one
-hook: ``SPEEDUP``). Only torch is needed. Names are the authors': ``r_w_bias`` is u, ``r_r_bias`` is v.
-Shapes are batch first: tokens (B, T), states (B, T, d_model), scores (B, H, T, klen).
+In every layer E_x is that layer's input h~ = [SG(m) o h]: (a) + (c) = (q_i + u)^T k_j and (b) + (d) =
+(q_i + v)^T W_k,R R_{i-j}. The code numbers the segment's queries from 0: query i is key mlen + i.
+Also here: the vanilla baseline, ``attn_type="abs"`` (and ``"abs_far"``, the authors' attn_type 2: absolute
+positions counted back from the last key). Beside it: Shaw et al. and adaptive span (variants.py), adaptive
+input and softmax for words (adaptive.py), and fast.py: in the package the modules become its same-named
+subclasses, the same numbers in less time (``model.fast_attn = False``: this file's code; hook ``SPEEDUP``).
+Only torch is needed. Names are the authors': ``r_w_bias`` is u, ``r_r_bias`` is v. Shapes are batch first.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ if __package__ == "txl_minimal":  # clear errors, the word-level softmax, sampli
     from txl_minimal import adaptive, sampling, validation
 else:  # this file copied alone: the same model, without the checks, cutoffs and generate
     adaptive = sampling = validation = None
-SPEEDUP = None  # fast.switch(model, on: bool), set when the package is imported
+SPEEDUP = None  # fast.switch(model, on): set by fast.py on import; swaps in its same-named subclasses
 
 
 @dataclass
@@ -78,10 +80,9 @@ class TXLConfig:
 class TXLOutput:
     """What ``TransformerXL.forward`` returns for a segment of B rows and T tokens.
 
-    logits: (B, T, vocab_size) next-token log-probabilities in nats, up to a constant per row (with
-            ``cutoffs``: exactly; None when training on targets, which need only ``nll``).
-    mems:   n_layer tensors (B, <=mem_len, d_model): what entered each layer, detached, for the next
-            segment; in the parameters' dtype, also under autocast (so either state reads them).
+    logits: (B, T, vocab_size) next-token log-probabilities in nats, up to a per-row constant; with
+            ``cutoffs`` exact log-probabilities, or None in training with targets (only ``nll``).
+    mems:   n_layer tensors (B, <=mem_len, d_model): what entered each layer, detached, in the parameters' dtype.
     loss:   scalar mean NLL in nats (+ the adaptive-span penalty) if targets are given; bpc = loss / ln 2.
     nll:    (B, T) NLL of every target, in nats (-ln p).
     attn:   per layer (B, n_head, T, mlen + T) attention probabilities, rows sum to 1 (``return_attn``).
@@ -98,7 +99,7 @@ class TXLOutput:
 # -- 3.2 Segment-level recurrence with state reuse ---------------------------------------------------
 def attention_mask(qlen: int, mlen: int, same_length: bool, mem_len: int, device=None) -> torch.Tensor:
     """Bool (qlen, mlen+qlen), True where query i (key index mlen + i) must NOT see key j: the future; with
-    ``same_length`` also keys beyond the last ``mem_len`` (the authors' evaluation; at mem_len 0 theirs gives NaN)."""
+    ``same_length`` also keys mem_len or more before it (the authors' evaluation; at mem_len 0 theirs gives NaN)."""
     ones = torch.ones(qlen, mlen + qlen, dtype=torch.bool, device=device)
     mask = torch.triu(ones, diagonal=1 + mlen)
     if same_length and mem_len > 0:
@@ -107,7 +108,7 @@ def attention_mask(qlen: int, mlen: int, same_length: bool, mem_len: int, device
 
 
 def update_memory(hids: list[torch.Tensor], mems: Optional[list[torch.Tensor]], mem_len: int) -> list[torch.Tensor]:
-    """m^n_{tau+1} = SG(last mem_len of [m^n_tau o h^n_tau]) for every layer input h^n."""
+    """m^n_{tau+1} = SG(last mem_len rows of [m^n_tau o h^n_tau]), o along T; h^n: what entered layer n."""
     if mem_len == 0:
         return [h.new_empty(h.size(0), 0, h.size(2)) for h in hids]
     with torch.no_grad():
@@ -137,10 +138,10 @@ class PositionalEmbedding(nn.Module):
 def rel_shift(x: torch.Tensor) -> torch.Tensor:
     """Turn scores against R_{klen-1}..R_0 (columns) into scores against R_{i-j}.
 
-    Row i holds (q_i + v) . W_kR R_r for r = klen-1..0; key j needs r = mlen + i - j, column
-    j + qlen - 1 - i, so row i slides left by qlen - 1 - i. Padding a zero column, reading the
-    buffer with the other shape and dropping the first row does that (the authors' code; Appendix B
-    shifts row by row); entries above the causal diagonal become garbage that the mask removes."""
+    Row i holds (q_i + v) . W_k,R R_r for r = klen-1..0; key j needs r = mlen + i - j, column
+    j + qlen - 1 - i, so row i slides left by qlen - 1 - i. Pad a zero column and read the flat buffer
+    in rows of klen from offset qlen: row i then starts at old column qlen - 1 - i (the authors' code;
+    Appendix B shifts row by row); entries above the causal diagonal become garbage the mask removes."""
     *lead, qlen, klen = x.shape
     padded = F.pad(x, (1, 0)).view(*lead, klen + 1, qlen)  # a zero column first, then read as (klen+1, qlen)
     return padded[..., 1:, :].reshape(*lead, qlen, klen)
@@ -170,7 +171,7 @@ class RelMultiHeadAttn(nn.Module):
         return x.view(x.size(0), x.size(1), self.n_head, self.d_head).transpose(1, 2)
 
     def project(self, h: torch.Tensor, mem: Optional[torch.Tensor]):
-        """q = W_q h, k = W_k,E h~, v = W_v h~ over h~ = [SG(m) o h], each (B, H, T, d_head)."""
+        """q = W_q h: (B, H, qlen, D); k = W_k,E h~, val = W_v h~: (B, H, klen, D), over h~ = [SG(m) o h]."""
         cat = h if mem is None else torch.cat([mem, h], dim=1)  # memory was detached when stored
         x = self.layer_norm(cat) if self.cfg.pre_lnorm else cat
         q, k, val = self.qkv_net(x).chunk(3, dim=-1)
@@ -190,8 +191,8 @@ class RelMultiHeadAttn(nn.Module):
         return prob
 
     def attend(self, q, k, val, pos, mask, u, v, return_attn: bool = True):
-        """sum_j a_ij W_v h~_j with a_i = softmax_j(A^rel_ij / sqrt(d_head)) over the keys not masked:
-        (B, H, qlen, d_head) and the probabilities a (always here; fast.py skips them unless asked)."""
+        """sum_j a_ij W_v h~_j with a_i = softmax_j(A^rel_ij / sqrt(d_head)) over the keys not masked: (B, H,
+        qlen, D), and a (B, H, qlen, klen). ``return_attn``: unused here (fast.py computes a only if it is True)."""
         q_u = q if u is None else q + u[:, None]  # (q_i + u): (a) and (c) in one product
         score = q_u @ k.transpose(-1, -2)  # (a) + (c)
         pos_score = self.positional_score(q, pos, v)  # (b) + (d)
@@ -203,7 +204,7 @@ class RelMultiHeadAttn(nn.Module):
 
     def forward(self, h: torch.Tensor, mem: Optional[torch.Tensor], pos: Optional[torch.Tensor], mask: torch.Tensor,
                 u: Optional[torch.Tensor], v: Optional[torch.Tensor], return_attn: bool = False):
-        """h (B, qlen, d_model), mem (B, mlen, d_model) or None -> (output like h, probabilities or None)."""
+        """h (B, qlen, d_model), mem (B, mlen, d_model) or None -> (LayerNorm(h + W_o attention), a or None)."""
         q, k, val = self.project(h, mem)
         out, prob = self.attend(q, k, val, pos, mask, u, v, return_attn)
         out = self.drop(self.o_net(out.transpose(1, 2).reshape(*h.shape[:2], -1)))
@@ -216,14 +217,14 @@ class RelMultiHeadAttn(nn.Module):
         terms = {"a": q @ k.transpose(-1, -2)}
         if pos is not None:
             terms["b"] = self.positional_score(q, pos, None)
-        if u is not None:  # (c) and (d) do not depend on the query: one row per head, broadcast
+        if u is not None:  # (c), (d): no query content, one row per head, broadcast; (d) then shifted per row
             r = self.r_net(pos).view(-1, self.n_head, self.d_head).transpose(0, 1)
             terms["c"] = (u[:, None] @ k.transpose(-1, -2)).expand_as(terms["a"])
             terms["d"] = rel_shift((v[:, None] @ r.transpose(-1, -2)).expand_as(terms["a"]))
         return {name: t.masked_fill(mask, float("nan")) for name, t in terms.items()}
 
 
-ATTENTION = {"rel": RelMultiHeadAttn, "abs": RelMultiHeadAttn, "abs_far": RelMultiHeadAttn}  # + variants.py's
+ATTENTION = {"rel": RelMultiHeadAttn, "abs": RelMultiHeadAttn, "abs_far": RelMultiHeadAttn}  # variants.py adds 2
 
 
 # -- The N-layer model (end of 3.3) ----------------------------------------------------------------
@@ -233,7 +234,7 @@ class PositionwiseFF(nn.Module):
     def __init__(self, cfg: TXLConfig):
         super().__init__()
         self.pre_lnorm = cfg.pre_lnorm
-        self.CoreNet = nn.Sequential(  # the authors' name, so indices 0 and 3 match
+        self.CoreNet = nn.Sequential(  # the authors' name: CoreNet.0/.3 load their checkpoints
             nn.Linear(cfg.d_model, cfg.d_inner), nn.ReLU(), nn.Dropout(cfg.dropout),
             nn.Linear(cfg.d_inner, cfg.d_model), nn.Dropout(cfg.dropout))
         self.layer_norm = nn.LayerNorm(cfg.d_model)
@@ -245,7 +246,7 @@ class PositionwiseFF(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """One layer n: h^n = FF(LayerNorm(h^{n-1} + RelAttn([SG(m^{n-1}) o h^{n-1}])))."""
+    """Layer n: o = LayerNorm(h^{n-1} + W_o RelAttn(q: h^{n-1}; k, val: [SG(m^{n-1}) o h^{n-1}])), h^n = FF(o)."""
 
     def __init__(self, cfg: TXLConfig):
         super().__init__()
@@ -292,7 +293,7 @@ class TransformerXL(nn.Module):
             self.out_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
             self.out_weight = None if cfg.tie_weights else nn.Parameter(torch.zeros(cfg.vocab_size, cfg.d_model))
         self.apply(self._init_weights)
-        self.fast_attn = True  # in the package: fast.py's subclasses (the same numbers, in less time)
+        self.fast_attn = True  # in the package: fast.py's same-named subclasses (the same numbers, in less time)
 
     @staticmethod
     def _init_weights(m: nn.Module) -> None:
@@ -342,7 +343,7 @@ class TransformerXL(nn.Module):
         att = self.layers[layer].dec_attn
         return (att.r_w_bias, att.r_r_bias) if self.cfg.untie_r else (self.r_w_bias, self.r_r_bias)
 
-    # R, the mask, the next memory: segment's steps that fast.py's FastModel keeps between segments or slices
+    # Steps fast.FastModel overrides: R and the mask kept across evaluation segments, the next memory sliced
     def relative_encoding(self, klen: int) -> torch.Tensor:
         """R_{klen-1}, ..., R_0: key j's distance to the last query (above clamp_len: R_clamp_len)."""
         dist = torch.arange(klen - 1, -1, -1.0, device=self.pos_emb.inv_freq.device)
@@ -377,14 +378,14 @@ class TransformerXL(nn.Module):
         x = self.word_emb(tokens.long()) * self.emb_scale
         pos, read_mems = None, mems
         if cfg.attn_type == "abs":  # vanilla: U_0..U_{L-1} added to the input, the same in every segment
-            x = x + self.pos_emb(torch.arange(qlen, device=x.device))  # (so the memory's repeat, Sec. 3.3)
-        elif cfg.attn_type == "abs_far":  # the authors' attn_type 2: U counts back from the last key, and
+            x = x + self.pos_emb(torch.arange(qlen, device=x.device))  # (memory and segment share them: Sec. 3.3)
+        elif cfg.attn_type == "abs_far":  # the authors' attn_type 2: U_{klen-1..0}, counted back from the last key
             U = self.pos_emb(torch.arange(mlen + qlen - 1, -1, -1.0, device=x.device)).to(x.dtype)
             x = x + U[mlen:]
             if mems is not None:  # layer 0 reads its memory with its own, farther positions added
                 read_mems = [mems[0] + U[:mlen]] + mems[1:]
         else:  # R, shared by the layers
-            pos = self.drop(self.relative_encoding(mlen + qlen).to(x.dtype))
+            pos = self.drop(self.relative_encoding(mlen + qlen).to(x.dtype))  # (dropout on R: the authors' code)
         h = self.drop(x)
         mask = self.mask(qlen, mlen, x.device)
         hids, attn, terms = [], [], []
@@ -407,14 +408,13 @@ class TransformerXL(nn.Module):
                                           reduction="none").view(B, qlen)
             out.loss = out.nll.mean()
             if cfg.adaptive_span:  # variants.SpanAttn: the L1 penalty on the spans
-                out.loss = out.loss + cfg.span_loss_coeff * sum(l.dec_attn.spans().mean() for l in self.layers)
+                out.loss = out.loss + cfg.span_loss_coeff * sum(lay.dec_attn.spans().mean() for lay in self.layers)
         return out
 
     def generate(self, prompt, n_new: int, temperature: float = 1.0, top_k: Optional[int] = None,
                  generator: Optional[torch.Generator] = None) -> torch.Tensor:
-        """The prompt's token ids ((B, T) or (T,)) followed by ``n_new`` sampled ids; ``temperature == 0``
-        is greedy. With memory each new token is read once (Sec. 3.2's fast evaluation), the vanilla
-        model re-reads its last ``tgt_len``: ``sampling.generate``. Text: ``txl_minimal.generate_text``."""
+        """The prompt's ids ((B, T) or (T,)) and ``n_new`` sampled ones (``sampling.generate``; temperature 0: greedy).
+        With memory each new token is read once (Sec. 3.2); without, the last tgt_len are. Text: ``generate_text``."""
         if sampling is None:
             raise ValueError("generate is in txl_minimal/sampling.py: import the model from the package")
         return sampling.generate(self, prompt, n_new, temperature, top_k, generator)

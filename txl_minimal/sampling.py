@@ -1,9 +1,9 @@
 """Sampling token ids from a trained model: ``TransformerXL.generate`` (torch only).
 
 The prompt is read segment by segment; then each new token is read once, as the next segment of
-one token, with the memory of everything before it: the reuse of Section 3.2 that makes the
-paper's evaluation fast. The vanilla model (no memory) re-reads its last ``tgt_len`` tokens
-for every new one. Text in and out: ``txl_minimal.generate_text`` (data.py) encodes and decodes.
+one token, with each layer's memory of its last ``mem_len`` states: the reuse of Section 3.2 that
+makes the paper's evaluation fast. A model without memory (``mem_len`` 0) re-reads its last
+``tgt_len`` tokens for every new one. Text in and out: ``txl_minimal.generate_text`` (data.py).
 """
 from __future__ import annotations
 
