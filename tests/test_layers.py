@@ -1,4 +1,4 @@
-"""The package's import direction: model, data (over text8, word_corpora and batching), utils
+"""The package's import direction: model, data (over text8, word_corpora, enwik8 and batching), utils
 at the bottom; checkpoint, then evaluate, then train above them (over its presets, devices,
 run_folder and command_line); pretrained on top, loaded only by __init__ (lazily). The
 notebooks' helpers live in txl_minimal.tutorial, above the library (the model, and evaluate
@@ -26,9 +26,10 @@ ALLOWED = {
     "words": set(),  # the authors' Vocab
     "text8": {"utils"},  # characters: text8, text8-mini, Corpus, CorpusError
     "word_corpora": {"utils", "words", "text8"},  # WikiText in text8's folder, with its download and cache
+    "enwik8": {"utils", "words", "text8"},  # bytes, in text8's folder, with its download and cache
     "batching": set(),  # torch and numpy only: the ordered iterator
     # the corpora's front door; generate_text calls model.generate without importing the model
-    "data": {"text8", "word_corpora", "batching", "words"},
+    "data": {"text8", "word_corpora", "enwik8", "batching", "words"},
     "variants": {"model"},
     "flops": {"model"},
     "safetensors_io": {"utils"},  # the shipped weights' format, without pickle
@@ -42,7 +43,7 @@ ALLOWED = {
     "train": {"model", "data", "utils", "checkpoint", "evaluate", "validation", "presets", "devices", "run_folder",
               "command_line"},
     "pretrained": {"model", "data", "utils", "checkpoint", "evaluate"},
-    "doctor": {"utils", "text8", "word_corpora", "checkpoint", "train",  # python -m txl_minimal.doctor
+    "doctor": {"utils", "text8", "word_corpora", "enwik8", "checkpoint", "train",  # python -m txl_minimal.doctor
                "safetensors_io"},
     # the notebooks' helpers
     "tutorial.context": {"model", "data", "utils", "evaluate"},

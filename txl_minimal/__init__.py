@@ -12,9 +12,10 @@ plus validation.py's clear errors and adaptive.py's word-level layers inside the
     words        Vocab                                           (the authors' word vocabulary)
     text8        VOCAB, encode, decode, Corpus, load_text8, load_text8_mini   (characters)
     word_corpora load_wikitext, load_text8_mini_words, word_stats  (words: WikiText-103/-2, text8-mini)
+    enwik8       load_enwik8, encode_bytes, decode_bytes          (bytes: the Hutter Prize file, as the authors)
     batching     LMOrderedIterator, as_ids                       (in order, batch first, for the memory)
     data         load_corpus, generate_text(model, "the king ", n_new)   (text in, text out);
-                 the corpora's front door: text8's, word_corpora's and batching's names import from it too
+                 the corpora's front door: text8's, word_corpora's, enwik8's and batching's names import from it too
     checkpoint   save, load, save_checkpoint, load_checkpoint, model_from_checkpoint,
                  official_state_dict, load_official_state_dict   (the authors' weights)
     evaluate     read_segments, evaluate, sliding_window_eval    (python -m txl_minimal.evaluate)

@@ -1,14 +1,16 @@
 """The corpora by name, and text in and out of a model: ``load_corpus`` and ``generate_text``.
-The front door of text8.py (characters), word_corpora.py (words) and batching.py (the ordered
-iterator): their public names are importable from here too.
+The front door of text8.py (characters), word_corpora.py (words), enwik8.py (bytes) and
+batching.py (the ordered iterator): their public names are importable from here too.
 
     corpus = load_corpus("auto")              # text8 if present/downloadable, else text8-mini
     it = LMOrderedIterator(corpus.train, batch_size=22, tgt_len=512)
     for x, y in it: ...                       # (batch, seq) LongTensors, y = x shifted by one
     words = load_corpus("text8-mini-words")   # offline: 10,000 words + <unk>; also "wt103", "wt2"
+    wiki = load_corpus("enwik8")              # bytes of Wikipedia XML, as the authors prepare them
 
-A character corpus is scored in bits per character, a word corpus (``unit == "word"``) in
-perplexity. The other names are handed on from where they live, so patch one there: setting
+A character corpus is scored in bits per character, enwik8 (``unit == "byte"``) in bits per
+byte (named bpc, as the paper does), a word corpus (``unit == "word"``) in perplexity. The
+other names are handed on from where they live, so patch one there: setting
 ``txl_minimal.text8.REPO_DATA`` moves text8_dir(), setting ``txl_minimal.data.REPO_DATA`` would not.
 """
 
@@ -20,6 +22,7 @@ from pathlib import Path
 import torch
 
 from txl_minimal.batching import LMOrderedIterator, as_ids
+from txl_minimal.enwik8 import ENWIK8, Enwik8Source, decode_bytes, encode_bytes, load_enwik8
 from txl_minimal.text8 import (MINI_HINT, MINI_PATH, REPO_DATA, TEXT8, VOCAB, VOCAB_SIZE, Corpus, CorpusError,
                                Text8Source, decode, default_text8_dir, encode, load_text8, load_text8_mini,
                                split_corpus, text8_dir)
@@ -35,6 +38,8 @@ __all__ = ["CORPORA", "WORD_CORPORA", "load_corpus", "generate_text",
            # word_corpora.py
            "MINI_WORDS_MAX_SIZE", "SPLITS", "WIKITEXT", "WikiTextSource", "load_text8_mini_words", "load_wikitext",
            "word_stats",
+           # enwik8.py
+           "ENWIK8", "Enwik8Source", "load_enwik8", "encode_bytes", "decode_bytes",
            # batching.py
            "LMOrderedIterator", "as_ids"]
 
@@ -43,7 +48,8 @@ def generate_text(model: torch.nn.Module, prompt: str, n_new: int, **kwargs) -> 
     """``model.generate`` for text: the prompt encoded, ``n_new`` tokens sampled after it, and the
     result as text that starts with the prompt. A character model reads space and a-z; a word
     model that knows its vocabulary (loaded from a checkpoint, or returned by ``train``) reads
-    the prompt's words (``<unk>`` for one it lacks) and adds ``n_new`` words, joined by spaces.
+    the prompt's words (``<unk>`` for one it lacks) and adds ``n_new`` words, joined by spaces; an
+    enwik8 model (``unit == "byte"``) reads the prompt's UTF-8 bytes and writes bytes read as UTF-8.
     ``kwargs`` go to ``model.generate`` (temperature, top_k, generator)."""
     if not isinstance(prompt, str):
         raise ValueError(f"generate_text takes a string prompt, got {type(prompt).__name__}. "
@@ -51,6 +57,8 @@ def generate_text(model: torch.nn.Module, prompt: str, n_new: int, **kwargs) -> 
     unit, symbols = getattr(model, "unit", None), getattr(model, "vocab", None)
     if unit == "word":
         return _generate_words(model, prompt, n_new, symbols, **kwargs)
+    if unit == "byte":
+        return _generate_bytes(model, prompt, n_new, symbols, **kwargs)
     size = getattr(getattr(model, "cfg", None), "vocab_size", VOCAB_SIZE)
     if unit is None and size != VOCAB_SIZE:  # a model built in Python, not over the 27 characters
         raise ValueError(f"generate_text reads and writes the {VOCAB_SIZE} characters of VOCAB, but this model has "
@@ -78,14 +86,25 @@ def _generate_words(model: torch.nn.Module, prompt: str, n_new: int, symbols, **
     return prompt + ("" if not new or not prompt or prompt[-1].isspace() else " ") + new
 
 
-CORPORA = ("text8", "text8-mini", "auto", "text8-mini-words", "wt103", "wt2")  # load_corpus's names
+def _generate_bytes(model: torch.nn.Module, prompt: str, n_new: int, symbols, **kwargs) -> str:
+    """generate_text for a byte model (enwik8): the prompt's UTF-8 bytes in, ``n_new`` bytes out, the
+    whole read as UTF-8 (a sequence the model cut or invented becomes U+FFFD)."""
+    if symbols is None:
+        raise ValueError("generate_text: this is a byte model, but its vocabulary is unknown. Fix: "
+                         "model.generate(ids, n_new) with ids from its corpus (corpus.vocab), or train it again")
+    ids = encode_bytes(prompt, symbols, what="generate_text: the prompt")
+    return decode_bytes(model.generate(torch.as_tensor(ids, dtype=torch.long), n_new, **kwargs), symbols)
+
+
+CORPORA = ("text8", "text8-mini", "auto", "text8-mini-words", "wt103", "wt2", "enwik8")  # load_corpus's names
 WORD_CORPORA = ("text8-mini-words", "wt103", "wt2")  # unit "word": scored in perplexity
 
 
 def load_corpus(name: str = "auto", data_dir: str | Path | None = None,
                 download: bool = True) -> Corpus:
     """Load a corpus by name: characters "text8", "text8-mini" or "auto" (text8 if present or
-    downloadable, else mini); words "text8-mini-words" (offline), "wt103" or "wt2" (WikiText).
+    downloadable, else mini); words "text8-mini-words" (offline), "wt103" or "wt2" (WikiText);
+    bytes "enwik8" (the Hutter Prize file, as the authors prepare it).
 
     $TXL_CORPUS, when set, overrides `name` (so CI can force text8-mini everywhere).
     """
@@ -98,6 +117,8 @@ def load_corpus(name: str = "auto", data_dir: str | Path | None = None,
         return load_text8_mini_words()
     if name in WIKITEXT:
         return load_wikitext(name, data_dir, download)
+    if name == "enwik8":
+        return load_enwik8(data_dir, download)
     if name != "auto":
         raise ValueError(f"unknown corpus {name!r}; use one of {', '.join(map(repr, CORPORA))}")
     try:

@@ -95,7 +95,7 @@ def sized_to_corpus(name: str, model_cfg: TXLConfig, cfg, corpus: Corpus,
     steps = max(1, steps)
     if corpus.name == own or cfg.max_steps <= steps:
         return cfg, None
-    unit = "word" if corpus.unit == "word" else "character"
+    unit = corpus.unit if corpus.unit in ("word", "byte") else "character"
     note = (f"{name} on {corpus.name}, not {own}: its {cfg.max_steps:,} steps of {cfg.batch_size} x "
             f"{model_cfg.tgt_len} would read the {n_train:,} training {unit}s "
             f"{cfg.max_steps * per_step / n_train:,.1f} times; shortened to max_steps {steps:,} "
