@@ -45,7 +45,7 @@ def test_a_healthy_setup_prints_every_section_and_exits_0(run):
     for section in ("versions:", "devices:", "data:", "shipped files:", "disk:", "jupyter:"):
         assert f"\n{section}\n" in text
     for name in ("python", "torch", "numpy", "matplotlib", "jupyterlab", "cpu", "threads", "device=auto",
-                 "amp=auto", "text8", "wt103", "pretrained", "corpus", "results", "kernel"):
+                 "amp=auto", "text8", "enwik8", "wt103", "pretrained", "corpus", "results", "kernel"):
         assert f"\n  {name} " in text, name
     assert "13 of 13 files match MANIFEST.json" in text and "python3 runs" in text
     assert 'make lab      "Python 3 (.venv)" registered (as python3)' in text
@@ -208,6 +208,33 @@ def test_text8_on_disk_is_verified(run, tmp_path, monkeypatch, damaged):
         assert "text8.zip damaged" in text and "advice text8: delete or replace" in text
     else:
         assert "text8.zip verified, not yet cached" in text and "problems: 0" in text
+
+
+@pytest.mark.parametrize("state", ["zip", "cache", "damaged zip", "damaged cache"])
+def test_enwik8_on_disk_is_verified(run, tmp_path, monkeypatch, state):
+    """A small fake enwik8 (unit tests: test_enwik8.py), its zip or its cache, checked as load_corpus checks them."""
+    text = b"<page>\n  <title>Caf\xc3\xa9</title>\n</page>\n" * 100
+    folder = tmp_path / "data"
+    folder.mkdir()
+    with zipfile.ZipFile(folder / "enwik8.zip", "w") as zf:
+        zf.writestr("enwik8", text)
+    src = data.Enwik8Source(url="http://localhost/enwik8.zip", zip_sha256="0", text_bytes=len(text),
+                            text_md5=hashlib.md5(text).hexdigest())
+    monkeypatch.setattr(doctor, "ENWIK8", src)
+    if "cache" in state:
+        with pytest.warns(UserWarning, match="SHA-256"):
+            data.load_enwik8(folder, source=src, download=False)
+        if state == "damaged cache":
+            (folder / "enwik8.test.npy").write_bytes(b"")
+    elif state == "damaged zip":
+        (folder / "enwik8.zip").write_bytes(b"<html>not found</html>")
+    text, status = run()
+    assert status == 0  # no notebook needs enwik8
+    said = {"zip": "enwik8        enwik8.zip verified, not yet cached",
+            "cache": "enwik8        cached and verified (MD5 of its ids)",
+            "damaged zip": "enwik8        enwik8.zip damaged (", "damaged cache": "enwik8.test.npy is truncated"}[state]
+    assert said in text
+    assert ("advice enwik8: " in text) == state.startswith("damaged")
 
 
 def test_a_damaged_wikitext_zip(run, tmp_path):

@@ -5,7 +5,7 @@
 
 It prints Python and the packages against requirements-dev.txt's pins and the declared floors
 (requirements-min.txt, pyproject.toml); the devices and what ``device="auto"`` and ``amp="auto"``
-would pick; whether text8 and WikiText are on disk and intact; whether the shipped files match
+would pick; whether text8, enwik8 and WikiText are on disk and intact; whether the shipped files match
 their manifests; free disk space where data and runs go; the Jupyter kernel the notebooks get;
 then one line of advice per problem. The exit status is 1 when something a notebook needs is
 missing or broken, else 0. Plain text, no colours: it pastes as it prints.
@@ -24,6 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -31,7 +32,9 @@ from collections.abc import Callable
 
 import torch
 
+from txl_minimal import enwik8
 from txl_minimal.checkpoint import PRETRAINED_DIR
+from txl_minimal.enwik8 import ENWIK8
 from txl_minimal.safetensors_io import SafetensorsError, load_file
 from txl_minimal.text8 import MINI_PATH, TEXT8, CorpusError, _check_text, _read_cache, _unzip_and_check, text8_dir
 from txl_minimal.train import choose_precision, preset
@@ -208,25 +211,47 @@ def text8_state(d: Path) -> tuple[str, Optional[str]]:
         return ("cached and verified (MD5 of its text)", None) if problem is None else \
             (problem, "load_corpus('text8') rebuilds this cache from text8.zip; if that fails, delete "
                       f"{d}/text8.* and let it download again")
-    for placed in (d / "text8", d / "text8.zip"):
+    return _placed_state(d, "text8", TEXT8, _check_text, _unzip_and_check) or \
+        ("not downloaded; the notebooks use the shipped text8-mini on a CPU (notebook 04 downloads "
+         "text8, 31 MB, on a GPU)", None)
+
+
+def enwik8_state(d: Path) -> tuple[str, Optional[str]]:
+    """(what is in ``d``, advice if it is damaged): enwik8's cache, its zip, its file, or nothing."""
+    cache, meta = enwik8._cache_files(d)
+    if all(p.exists() for p in (*cache, meta)):
+        problem = enwik8._read_cache(d, ENWIK8)[2]
+        return ("cached and verified (MD5 of its ids)", None) if problem is None else \
+            (problem, "load_corpus('enwik8') rebuilds this cache from enwik8.zip; if that fails, delete "
+                      f"{d}/enwik8.* and let it download again")
+    return _placed_state(d, "enwik8", ENWIK8, enwik8._check_text, enwik8._unzip_and_check) or \
+        ("not downloaded (no notebook needs it)", None)
+
+
+def _placed_state(d: Path, name: str, src, check_text: Callable, unzip_and_check: Callable):
+    """(state, advice) of ``name`` or ``name``.zip placed in ``d``, checked as its loader checks
+    them (``src``: its source), or None when neither is there."""
+    for placed in (d / name, d / f"{name}.zip"):
         if placed.exists():
             try:
-                if placed.name == "text8":
-                    _check_text(placed.read_bytes(), TEXT8, d, str(placed), placed)
-                elif file_digest(placed, "sha256") != TEXT8.zip_sha256:  # a re-zipped copy may still hold text8
-                    _unzip_and_check(placed, TEXT8, d, str(placed), placed)
+                with warnings.catch_warnings():  # a zip of another SHA-256 is checked by its content here
+                    warnings.simplefilter("ignore")
+                    if placed.name == name:
+                        check_text(placed.read_bytes(), src, d, str(placed), placed)
+                    elif file_digest(placed, "sha256") != src.zip_sha256:  # a re-zipped copy may still be good
+                        unzip_and_check(placed, src, d, str(placed), placed)
             except CorpusError as e:
                 return f"{placed.name} damaged ({str(e).split('. Fix')[0]})", str(e).split("Fix: ")[-1]
             return f"{placed.name} verified, not yet cached", None
-    return "not downloaded; the notebooks use the shipped text8-mini on a CPU (notebook 04 downloads " \
-           "text8, 31 MB, on a GPU)", None
+    return None
 
 
 def check_data() -> list[Finding]:
-    """text8 and WikiText in text8_dir(): absent, present and verified, or damaged (and what to do)."""
+    """text8, enwik8 and WikiText in text8_dir(): absent, present and verified, or damaged (and what to do)."""
     d = text8_dir()
     state, advice = text8_state(d)
-    found = [Finding("data folder", f"{d} (TXL_DATA_DIR sets it)"), Finding("text8", state, advice)]
+    found = [Finding("data folder", f"{d} (TXL_DATA_DIR sets it)"), Finding("text8", state, advice),
+             Finding("enwik8", *enwik8_state(d))]
     for name, src in WIKITEXT.items():
         words = [d / f"{name}.{s}.npy" for s in ("train", "valid", "test")]
         if all(p.exists() for p in words) and (d / f"{name}.vocab.txt").exists():
