@@ -6,6 +6,7 @@ OUT/html. Staging does what a site needs and a notebook does not:
 
 - README.md becomes the landing page (index), CONTRIBUTING.md a page, and a package map is
   written from the modules' own docstrings; links to other repository files point to GitHub;
+- book/book.css fits the code cells to the text column (wrapping only a line too long for it);
 - the Colab badge's image is served from the site (the link to Colab stays on every page);
 - the ipywidgets explorer becomes its stored figure, with a line saying it is live in Jupyter
   (a widget needs a kernel; its JavaScript would come from a CDN);
@@ -241,6 +242,7 @@ def stage(src: Path, root: Path = ROOT) -> list[str]:
         write(src / name, text)
     write(src / "conf.py", (BOOK / "conf.py").read_bytes())
     write(src / BADGE_FILE, (BOOK / BADGE_FILE).read_bytes())
+    write(src / "_static" / "book.css", (BOOK / "book.css").read_bytes())
     copy_mathjax(mathjax_dir(), src / "_static" / "mathjax")
     return sorted(pages)
 
