@@ -95,8 +95,9 @@ test-min: $(VENV_MIN)/.installed
 e2e: setup $(VENV)/.kernel $(VENV)/.book
 	$(TEST_ENV) $(PY) -m pytest -q -rs -s -p no:cacheprovider tests/e2e
 
-# The book: README (landing page), a package map, CONTRIBUTING and the nine notebooks as built from
-# their stored outputs, by Sphinx + MyST-NB, with MathJax served from the site (book/build.py).
+# The book: README (landing page), the nine notebooks as built from their stored outputs, docs/ (the
+# manual), a package map and CONTRIBUTING, by Sphinx + MyST-NB, with MathJax served from the site
+# (book/build.py).
 # Needs only requirements-book.txt (no torch: nothing runs), installed into .venv on first use.
 BOOK_OUT ?= build/book
 $(VENV)/.book: requirements-book.txt
@@ -112,10 +113,10 @@ book: $(VENV)/.book
 LINT_PATHS := txl_minimal tests scripts benchmarks book data
 lint: setup
 	$(VENV)/bin/ruff check $(LINT_PATHS)
-	$(VENV)/bin/codespell $(LINT_PATHS) README.md CONTRIBUTING.md CITATION.cff .github
+	$(VENV)/bin/codespell $(LINT_PATHS) README.md CONTRIBUTING.md CITATION.cff .github docs
 	$(PY) scripts/codespell_notebooks.py notebooks
 
-# What only a CUDA GPU can check (tests/gpu; README, "On a GPU"). No venv is made: a GPU machine may have
+# What only a CUDA GPU can check (tests/gpu; docs/gpu.md). No venv is made: a GPU machine may have
 # no network, so its own python (GPU_PY: the venv's if there is one, else python3) runs the tests with
 # this checkout first on PYTHONPATH (then what PYTHONPATH held: /tmp/site from scripts/gpu_wheels.sh).
 # GPU_TESTS adds pytest arguments, e.g. GPU_TESTS='-k "not notebook"' (notebook 04 trains for minutes).

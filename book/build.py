@@ -4,8 +4,11 @@ Nothing is re-run: every page shows the outputs stored in notebooks/*.ipynb. The
 staged in OUT/src (copies; the repository's files are never written), then Sphinx builds
 OUT/html. Staging does what a site needs and a notebook does not:
 
-- README.md becomes the landing page (index), CONTRIBUTING.md a page, and a package map is
-  written from the modules' own docstrings; links to other repository files point to GitHub;
+- README.md becomes the landing page (index); the notebooks, the Markdown pages of docs/ (the
+  manual: set-ups, the package, training, tests, ...) and CONTRIBUTING.md become pages, in the
+  order of CHAPTERS, and a package map is written from the modules' own docstrings; links between
+  these files stay in the site, links to other repository files point to GitHub;
+- book/book.css fits the code cells to the text column (wrapping only a line too long for it);
 - the Colab badge's image is served from the site (the link to Colab stays on every page);
 - the ipywidgets explorer becomes its stored figure, with a line saying it is live in Jupyter
   (a widget needs a kernel; its JavaScript would come from a CDN);
@@ -37,6 +40,30 @@ BADGE_FILE = "colab-badge.svg"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 # repository files that become pages (repository path -> the page's source in the staged tree)
 PAGES = {"README.md": "index.md", "CONTRIBUTING.md": "contributing.md"}
+# The book's chapters after the notebooks, in reading order: caption -> pages. A page is its staged
+# source without the suffix: a Markdown file of docs/ (staged as itself), CONTRIBUTING, or a page
+# this script writes (package_map). Adding a page is one line here (stage() refuses a page of docs/
+# that is not listed, and a listed page that is not there).
+CHAPTERS: dict[str, tuple[str, ...]] = {
+    "Guide": (
+        "docs/setup",
+        "docs/package",
+        # issue 40's API reference and docs/course.md ("Use it in your course") come here
+        "docs/words",
+        "docs/training",
+        "docs/run_folders",
+        "docs/models",
+        "docs/benchmarks",
+        "docs/gpu",
+    ),
+    "Reference": (
+        "docs/layout",
+        "package_map",
+        "docs/testing",
+        "docs/book",
+        "contributing",
+    ),
+}
 # what MathJax's tex-chtml component loads, from the wheel's es5 build (no speech rule engine,
 # no SVG output: about 5 MB instead of 24)
 MATHJAX_PARTS = ("tex-chtml.js", "input", "output/chtml", "ui", "a11y", "adaptors")
@@ -46,6 +73,11 @@ LINK = re.compile(r"(\]\()([^)\s]+)(\))")
 def notebooks(root: Path = ROOT) -> list[Path]:
     """The tutorial's notebooks, in order (notebooks/NN_*.ipynb)."""
     return sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def docs_pages(root: Path = ROOT) -> list[Path]:
+    """The Markdown pages of docs/ (the book's manual), by name."""
+    return sorted((root / "docs").glob("*.md"))
 
 
 def github_url(path: str) -> str:
@@ -171,7 +203,8 @@ def fold_hidden(nb: dict) -> None:
 
 def link_pages() -> dict[str, str]:
     """Repository path -> staged page source, for every file that is a page of the site."""
-    return {**PAGES, **{f"notebooks/{p.name}": f"notebooks/{p.name}" for p in notebooks()}}
+    return {**PAGES, **{f"notebooks/{p.name}": f"notebooks/{p.name}" for p in notebooks()},
+            **{f"docs/{p.name}": f"docs/{p.name}" for p in docs_pages()}}
 
 
 def module_summary(path: Path) -> str:
@@ -186,7 +219,7 @@ def package_map(root: Path = ROOT) -> str:
              "Every module of `txl_minimal`, with the first paragraph of its docstring and a link to its "
              "source. A module imports only those above it in the library; `txl_minimal.tutorial` holds "
              "the notebooks' helpers, which import the library and which the library never imports. "
-             "The landing page's *Layout* section places these files among the repository's other folders.",
+             "The *Layout* page places these files among the repository's other folders.",
              ""]
     for title, folder in (("The library", root / "txl_minimal"),
                           ("The notebooks' helpers", root / "txl_minimal" / "tutorial")):
@@ -205,7 +238,10 @@ def index_page(root: Path = ROOT) -> str:
                                      link_pages(), "index.md"), "index.md")
     toc = ["", "```{toctree}", ":hidden:", ":caption: Notebooks", ""]
     toc += [f"notebooks/{p.stem}" for p in notebooks(root)]
-    toc += ["```", "", "```{toctree}", ":hidden:", ":caption: Reference", "", "package_map", "contributing", "```", ""]
+    toc.append("```")
+    for caption, pages in CHAPTERS.items():
+        toc += ["", "```{toctree}", ":hidden:", f":caption: {caption}", "", *pages, "```"]
+    toc.append("")
     return text.rstrip("\n") + "\n" + "\n".join(toc)
 
 
@@ -230,17 +266,45 @@ def write(path: Path, text: str | bytes) -> None:
     tmp.replace(path)
 
 
+def markdown_page(path: Path, root: Path = ROOT) -> str:
+    """A Markdown file of the repository as the page of the same path: its links for the site."""
+    rel = path.relative_to(root).as_posix()
+    page = PAGES.get(rel, rel)
+    return local_badge(rewrite_links(path.read_text(encoding="utf-8"), rel, link_pages(), page), page)
+
+
+def check_chapters(pages: dict[str, str], root: Path = ROOT) -> None:
+    """Every page is in the table of contents (CHAPTERS), and every page listed there exists."""
+    staged = {Path(name).with_suffix("").as_posix() for name in pages}
+    listed = [page for chapter in CHAPTERS.values() for page in chapter]
+    unlisted = sorted(staged - set(listed) - {"index"} - {f"notebooks/{p.stem}" for p in notebooks(root)})
+    missing = [page for page in listed if page not in staged]
+    if unlisted:
+        raise SystemExit(f"make book: {', '.join(p + '.md' for p in unlisted)} is not in the book's table of "
+                         f"contents. Fix: add {unlisted[0]!r} to CHAPTERS in book/build.py, where it belongs "
+                         "in reading order.")
+    if missing:
+        raise SystemExit(f"make book: CHAPTERS in book/build.py lists {', '.join(missing)}, which is not a page "
+                         f"(no {missing[0]}.md). Fix: add the file, or remove its line from CHAPTERS.")
+
+
 def stage(src: Path, root: Path = ROOT) -> list[str]:
     """Write the site's sources into ``src``; returns the pages' source files (relative)."""
     pages = {"index.md": index_page(root), "package_map.md": package_map(root),
-             "contributing.md": rewrite_links((root / "CONTRIBUTING.md").read_text(encoding="utf-8"),
-                                              "CONTRIBUTING.md", link_pages(), "contributing.md")}
+             "contributing.md": markdown_page(root / "CONTRIBUTING.md", root)}
     for nb in notebooks(root):
         pages[f"notebooks/{nb.name}"] = stage_notebook(nb)
+    for doc in docs_pages(root):
+        pages[f"docs/{doc.name}"] = markdown_page(doc, root)
+    check_chapters(pages, root)
     for name, text in pages.items():
         write(src / name, text)
+    for old in [*src.rglob("*.md"), *src.rglob("*.ipynb")]:  # a page renamed or removed since the last build
+        if old.relative_to(src).as_posix() not in pages and "_static" not in old.parts:
+            old.unlink()
     write(src / "conf.py", (BOOK / "conf.py").read_bytes())
     write(src / BADGE_FILE, (BOOK / BADGE_FILE).read_bytes())
+    write(src / "_static" / "book.css", (BOOK / "book.css").read_bytes())
     copy_mathjax(mathjax_dir(), src / "_static" / "mathjax")
     return sorted(pages)
 

@@ -23,6 +23,8 @@ myst_heading_anchors = 3
 # MathJax 3 (tex-chtml, the component JupyterLab's renderer matches) from the site itself.
 mathjax_path = "mathjax/tex-chtml.js"
 html_static_path = ["_static"]
+# code cells as wide as their lines, wrapped only past them (book.css says why)
+html_css_files = ["book.css"]
 
 html_theme = "sphinx_book_theme"
 html_title = "Transformer-XL, read, run and tested"

@@ -8,7 +8,7 @@ cell's time and the first line of its error; exits 1 if any cell raised.
 The kernel is the "python3" one, which ipykernel provides for the python running this (no
 kernelspec needs installing); the notebook's cells run in --cwd (default: the notebook's folder),
 with this process's environment (PYTHONPATH included). nbclient, nbformat and ipykernel are needed:
-``scripts/gpu_wheels.sh`` brings them to a machine without a network (README, "On a GPU").
+``scripts/gpu_wheels.sh`` brings them to a machine without a network (docs/gpu.md).
 """
 from __future__ import annotations
 

@@ -34,6 +34,41 @@ def test_links_to_pages_stay_in_the_site_and_other_files_go_to_github():
     nb = build.rewrite_links("[r](../README.md) [s](06_context_usage.ipynb) [t](../txl_minimal/)", page, pages, page)
     assert nb == ("[r](../index.md) [s](06_context_usage.ipynb) "
                   "[t](https://github.com/txl-tutorial/txl-tutorial/tree/main/txl_minimal)")
+    # from a page of docs/: links relative to docs/, as GitHub reads them
+    page = "docs/setup.md"
+    doc = build.rewrite_links("[a](training.md#the-commands) [b](../README.md#quick-start) "
+                              "[c](../txl_minimal/model.py) [d](../CONTRIBUTING.md) "
+                              "[e](../notebooks/05_attention_over_memory.ipynb)", page, pages, page)
+    assert doc == ("[a](training.md#the-commands) [b](../index.md#quick-start) "
+                   "[c](https://github.com/txl-tutorial/txl-tutorial/blob/main/txl_minimal/model.py) "
+                   "[d](../contributing.md) [e](../notebooks/05_attention_over_memory.ipynb)")
+
+
+def staged_names() -> dict[str, str]:
+    """The names of the pages stage() writes (their text left empty)."""
+    names = ["index.md", "package_map.md", "contributing.md", *(f"docs/{p.name}" for p in build.docs_pages()),
+             *(f"notebooks/{p.name}" for p in NOTEBOOKS)]
+    return dict.fromkeys(names, "")
+
+
+def test_every_page_of_docs_is_in_the_table_of_contents_once_and_in_its_order():
+    listed = [page for chapter in build.CHAPTERS.values() for page in chapter]
+    assert len(listed) == len(set(listed))
+    assert {p for p in listed if p.startswith("docs/")} == {f"docs/{p.stem}" for p in build.docs_pages()}
+    build.check_chapters(staged_names())  # the repository as it is: no complaint
+    toc = build.index_page().split("```{toctree}")[1:]
+    assert [line for block in toc for line in block.split("```")[0].splitlines()
+            if line and not line.startswith(":")] == [f"notebooks/{p.stem}" for p in NOTEBOOKS] + listed
+
+
+def test_a_page_missing_from_the_table_of_contents_or_a_listed_page_missing_is_refused():
+    with pytest.raises(SystemExit, match=r"docs/extra\.md is not in the book's table of contents\. "
+                                         r"Fix: add 'docs/extra' to CHAPTERS in book/build\.py"):
+        build.check_chapters({**staged_names(), "docs/extra.md": ""})
+    listed = next(iter(build.CHAPTERS.values()))[0]
+    fewer = {name: text for name, text in staged_names().items() if name != f"{listed}.md"}
+    with pytest.raises(SystemExit, match=rf"lists {listed}, which is not a page \(no {listed}\.md\)\. Fix: add the"):
+        build.check_chapters(fewer)
 
 
 def test_the_colab_badge_image_comes_from_the_site_and_its_link_stays():
@@ -134,13 +169,18 @@ def site(tmp_path_factory):
     return html, {page: Page((html / page).read_text(encoding="utf-8")) for page in site_pages(html)}
 
 
-def test_the_site_has_the_landing_page_the_package_map_and_every_notebook(site):
+def test_the_site_has_the_landing_page_the_package_map_every_notebook_and_every_page_of_docs(site):
     html, pages = site
     notebook_pages = {notebook_facts(p)["page"] for p in NOTEBOOKS}
-    assert {"index.html", "package_map.html", "contributing.html"} | notebook_pages <= set(pages)
-    assert len(notebook_pages) == len(NOTEBOOKS) == 9
+    docs = [f"{page}.html" for chapter in build.CHAPTERS.values() for page in chapter if page.startswith("docs/")]
+    assert {"index.html", "package_map.html", "contributing.html"} | notebook_pages | set(docs) <= set(pages)
+    assert len(notebook_pages) == len(NOTEBOOKS) == 9 and len(docs) == len(build.docs_pages()) > 0
     index = " ".join(pages["index.html"].text)
-    assert "Transformer-XL in five lines" in index and "Layout" in index  # the README, whole
+    assert "Transformer-XL in five lines" in index and "Notation (every notebook)" in index  # the README, whole
+    assert "Neither the time nor the perplexity was measured here" in " ".join(pages["docs/training.html"].text)
+    # the sidebar (before the article) lists the pages of docs/ in CHAPTERS' order
+    in_nav = [link for link in dict.fromkeys(link.split("#")[0] for link in pages["index.html"].links) if link in docs]
+    assert in_nav == docs
     package_map = " ".join(pages["package_map.html"].text)
     for module in ("model.py", "fast.py", "train.py", "tutorial/plotting.py"):
         assert f"txl_minimal/{module}" in package_map

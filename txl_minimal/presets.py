@@ -17,7 +17,7 @@ from txl_minimal.model import TXLConfig
 _CPU_TRAIN = dict(corpus="text8-mini", batch_size=16, max_steps=5000, eval_interval=500, eval_tokens=32768,
                   log_interval=50)
 PRESETS: dict[str, dict[str, dict]] = {
-    # README and notebooks: ~1 min of one CPU core (valid bpc ~2.75 on text8-mini).
+    # docs/training.md and notebook 04: ~1 min of one CPU core (valid bpc ~2.75 on text8-mini).
     "cpu-tiny": dict(
         model=dict(n_layer=2, n_head=2, d_model=64, d_head=32, d_inner=256, dropout=0.0,
                    dropatt=0.0, tgt_len=32, mem_len=32),
@@ -57,7 +57,7 @@ PRESETS: dict[str, dict[str, dict]] = {
     # The authors' WikiText-103 base model (run_wt103_base.sh; the paper's 151M parameters, 24.0
     # test perplexity) on ONE GPU: their sizes, adaptive input and softmax tied with their cutoffs
     # and tie_projs, their lr and steps, their evaluation (64 / 640 / clamp 400, same_length).
-    # Their batch of 60 was split over 4 GPUs; here all 60 go on one (README: ~17 GB in fp32).
+    # Their batch of 60 was split over 4 GPUs; here all 60 go on one (docs/training.md: ~17 GB in fp32).
     "wt103-base": dict(
         model=dict(vocab_size=267_735, n_layer=16, n_head=10, d_model=410, d_head=41, d_inner=2100,
                    dropout=0.1, dropatt=0.0, tgt_len=150, mem_len=150, cutoffs=[20_000, 40_000, 200_000],

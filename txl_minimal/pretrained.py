@@ -12,7 +12,7 @@ They were made with (bf16 autocast: 1.9x faster than fp32 on the CPU they were t
     python -m txl_minimal.train --preset cpu-base --out runs/cpu-base-vanilla --set amp=bf16 attn_type=abs mem_len=0
     python -m txl_minimal.pretrained --ship runs/cpu-base-txl --name txl
     python -m txl_minimal.pretrained --ship runs/cpu-base-vanilla --name vanilla
-    python -m txl_minimal.pretrained --table      # the README's table (pretrained/table.json)
+    python -m txl_minimal.pretrained --table      # docs/models.md's table (pretrained/table.json)
 
 "txl-tiny" and "vanilla-tiny" are the earlier, smaller pair (``cpu-small``: 4 layers,
 d_model 128, segments of 64, fp32), which the notebooks read. ``--ship`` copies a run
@@ -76,7 +76,7 @@ EVALUATIONS: dict[str, list[tuple[str, str, dict]]] = {
     ],
 }
 
-# The README's table: (label, model, function, keyword arguments), each row paired with the
+# The table in docs/models.md: (label, model, function, keyword arguments), each row paired with the
 # first (Transformer-XL at its training memory) on the same characters. clamp_len 255 is the
 # longest distance seen in training (tgt_len + mem_len - 1); same_length as the authors evaluate.
 TABLE: list[tuple[str, str, str, dict]] = [
@@ -259,7 +259,7 @@ def paired_table(splits: tuple[str, ...] = ("valid", "test"), progress: bool = F
 
 
 def markdown_table(summary: dict) -> str:
-    """The README's table from ``paired_table``'s result."""
+    """docs/models.md's table from ``paired_table``'s result."""
     lines = ["| model and evaluation | characters | valid bpc | test bpc | test bpc minus the first row |",
              "|---|---|---|---|---|"]
     for valid, test in zip(summary["rows"]["valid"], summary["rows"]["test"]):
@@ -293,7 +293,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     what.add_argument("--ship", metavar="RUN_DIR", help="export RUN_DIR/best.pt (the best validation state; "
                       "--last or none: ckpt.pt) and log.csv as the shipped model --name, then recompute NAME.json")
     what.add_argument("--update-json", metavar="NAME", choices=NAMES, help="recompute the shipped NAME.json")
-    what.add_argument("--table", action="store_true", help="the README's table of txl and vanilla, with "
+    what.add_argument("--table", action="store_true", help="docs/models.md's table of txl and vanilla, with "
                       "paired standard errors: print it and write pretrained/table.json")
     p.add_argument("--name", choices=NAMES, help="the shipped name for --ship")
     p.add_argument("--last", action="store_true", help="--ship the run's last state, ckpt.pt, not its best.pt")

@@ -5,6 +5,8 @@ Debian's chromium (headless, through chromium-driver and selenium) visits every 
 - a formula that MathJax did not typeset, or typeset as an error (a TeX error, an undefined macro
   in red), or a MathJax font that did not load;
 - an image that did not load, or a figure squeezed below a readable width;
+- a block of code (a cell's input or output, a page's code block) that scrolls sideways, or that
+  wraps though its lines are short enough to fit (book/book.css: 120 characters at this window);
 - a link inside the site to a page or an anchor that does not exist;
 - anything loaded from another host (the site works offline);
 and each notebook page must keep its folded answers folded, show its "Open in Colab" link, and
@@ -38,10 +40,11 @@ if _missing_book := missing_packages():
 
 WIDTH = 1400  # px: a laptop's browser window
 READABLE = 600  # px: a figure is shown at least this wide (or at its own width, if smaller)
+FITS = 120  # characters: a line of code this long fits the column unwrapped at WIDTH (book/book.css)
 
 # Run in the page once MathJax has typeset it and the fonts have loaded (selenium's async script).
 INSPECT = """
-const done = arguments[arguments.length - 1];
+const done = arguments[arguments.length - 1], fits = arguments[0];
 const ready = (window.MathJax && MathJax.startup) ? MathJax.startup.promise : Promise.resolve();
 ready.then(() => document.fonts.ready).then(() => {
   const article = document.querySelector('article') || document.body;
@@ -59,6 +62,20 @@ ready.then(() => document.fonts.ready).then(() => {
   }
   for (const f of document.fonts) {
     if (f.family.startsWith('MJX') && f.status === 'error') problems.push('MathJax font failed: ' + f.family);
+  }
+  for (const el of article.querySelectorAll('pre, div.highlight')) {
+    if (!el.getClientRects().length) continue;  // folded away (a hidden cell's source)
+    const lines = el.textContent.replace(/\\n$/, '').split('\\n');
+    const start = 'code: ' + lines[0].slice(0, 60);
+    if (el.scrollWidth > el.clientWidth) {
+      problems.push(`${start} scrolls sideways (${el.scrollWidth} px in ${el.clientWidth})`);
+    }
+    const style = getComputedStyle(el);
+    const rows = (el.clientHeight - parseFloat(style.paddingTop) - parseFloat(style.paddingBottom))
+      / parseFloat(style.lineHeight);
+    if (el.tagName === 'PRE' && Math.max(...lines.map(l => l.length)) <= fits && Math.round(rows) > lines.length) {
+      problems.push(`${start} wraps though its lines fit (${Math.round(rows)} rows for ${lines.length} lines)`);
+    }
   }
   const images = [...document.images].map(i => ({
     src: i.currentSrc || i.src, loaded: i.complete && i.naturalWidth > 0, natural: i.naturalWidth,
@@ -131,7 +148,7 @@ def browser():
 def inspect(browser, site: Site, page: str) -> dict:
     """Open ``page`` and return what INSPECT saw, with ``problems`` completed on the Python side."""
     browser.get(site.base + page)
-    seen = browser.execute_async_script(INSPECT)
+    seen = browser.execute_async_script(INSPECT, FITS)
     problems = seen["problems"]
     origin = site.base.rstrip("/")
     for img in seen["images"]:
@@ -190,11 +207,14 @@ FAULTY = """<!DOCTYPE html><html><head><meta charset="utf-8">
 <div class="cell_output"><img src="_images/no-such-figure.png"></div>
 <a href="notebooks/no-such-page.html">a page</a> <a href="index.html#no-such-anchor">an anchor</a>
 <details open><summary>unfolded</summary><p>shown</p></details><details><summary>folded</summary><p>hidden</p></details>
+<div style="width: 640px"><div class="highlight"><pre style="overflow: auto; white-space: pre">{wide}</pre></div>
+<pre style="white-space: pre-wrap; width: 100px; line-height: 16px">{short}</pre></div>
 </article></body></html>
-"""
+""".replace("{wide}", "x = 1  # " + "a line of code far wider than the column " * 4).replace(
+    "{short}", "y = 2  # short, but squeezed")
 
 
-def test_the_browser_check_fails_on_a_tex_error_a_missing_image_a_broken_link_and_an_open_answer(site, browser):
+def test_the_browser_check_fails_on_tex_errors_a_missing_image_broken_links_an_open_answer_and_wide_code(site, browser):
     (site.html / "faulty.html").write_text(FAULTY, encoding="utf-8")
     index = inspect(browser, site, "index.html")
     seen = inspect(browser, site, "faulty.html")
@@ -202,6 +222,8 @@ def test_the_browser_check_fails_on_a_tex_error_a_missing_image_a_broken_link_an
     assert any(p.startswith("TeX error: ") for p in problems), problems
     assert any(p.startswith("undefined macro: ") for p in problems), problems
     assert any(p.startswith("image not loaded: ") for p in problems), problems
+    assert any(p.startswith("code: x = 1  # a line of code") and "scrolls sideways" in p for p in problems), problems
+    assert any(p.startswith("code: y = 2") and "wraps though its lines fit" in p for p in problems), problems
     broken = broken_links(site, {"faulty.html": seen, "index.html": index})
     assert len(broken) == 2 and "HTTP 404" in broken[0] and "no such anchor" in broken[1], broken
     assert [(d["open"], d["hidden"]) for d in seen["details"]] == [(True, False), (False, True)]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 NO_GPU = ("no CUDA GPU here (torch.cuda.is_available() is False): tests/gpu runs on a GPU machine, "
-          "`make test-gpu` (README, 'On a GPU')")
+          "`make test-gpu` (docs/gpu.md)")
 
 
 def require_cuda() -> None:

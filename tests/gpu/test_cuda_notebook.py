@@ -15,7 +15,7 @@ from tiny import ROOT
 require_cuda()
 
 pytestmark = pytest.mark.gpu
-WHEELS = "bring them as wheels: scripts/gpu_wheels.sh (README, 'On a GPU')"
+WHEELS = "bring them as wheels: scripts/gpu_wheels.sh (docs/gpu.md)"
 
 
 def _runner():
