@@ -144,7 +144,7 @@ def _pieces(path: Path, chunk_bytes: int) -> Iterator[str]:
     offset, chars = 0, 0  # bytes read, characters decoded so far
     with open(path, "rb") as f:
         while True:
-            block = f.read(max(1, chunk_bytes))
+            block = f.read(max(1, chunk_bytes) if offset else max(4, chunk_bytes))  # the first: a whole BOM
             if offset == 0:
                 _check_start(path, block)
                 if block.startswith(_BOM):

@@ -39,7 +39,7 @@ from tqdm import tqdm
 from txl_minimal import command_line
 from txl_minimal.checkpoint import LAST, attach_vocab, vocab_entry
 from txl_minimal.batching import check_long_enough
-from txl_minimal.data import CORPORA, UNITS, Corpus, CorpusError, is_corpus_path, load_corpus, unknown_corpus
+from txl_minimal.data import CORPORA, UNITS, Corpus, CorpusError, is_corpus_path, load_corpus
 from txl_minimal.text_file import check_settings
 from txl_minimal.devices import (COMPILE_MODES, LossMeter, adam_options, amp_context, check_replicas_agree,
                                  choose_once, distributed, leave_process_group, rank_loader, training_device, wrap)
@@ -135,7 +135,8 @@ class TrainConfig:
             if kind == "str" and not isinstance(value, str):
                 raise ValueError(f"TrainConfig.{f.name} must be a string, got {value!r}")
             if f.name == "corpus" and value not in CORPORA and (not is_corpus_path(value) or not os.path.exists(value)):
-                raise ValueError(f"TrainConfig.corpus: {unknown_corpus(value)}")
+                raise ValueError(f"TrainConfig.corpus must be one of {CORPORA} or the path to a UTF-8 text file, got "
+                                 f"{value!r} (no file {Path(value).expanduser().resolve()})")
             if f.name in CHOICES and value not in CHOICES[f.name] and f.name != "corpus":
                 raise ValueError(f"TrainConfig.{f.name} must be one of {CHOICES[f.name]}, got {value!r}")
         if not (isinstance(self.compile, bool) or self.compile in COMPILE_MODES):
@@ -241,6 +242,14 @@ def load_train_corpus(cfg: TrainConfig) -> Corpus:
     """The corpus ``cfg`` trains on: cfg.corpus read with its unit, split and max_vocab ($TXL_CORPUS
     overrides a corpus name, never a file's path; "auto": see data.py)."""
     return load_corpus(cfg.corpus, unit=cfg.unit, split=cfg.split, max_vocab=cfg.max_vocab)
+
+
+def saved_vocab_size(path: Path) -> Optional[int]:
+    """The vocab_size of a run's checkpoint, or None where there is no readable one (train says why)."""
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["model_config"]["vocab_size"])
+    except Exception:  # noqa: BLE001 (train() loads it again and names the damage)
+        return None
 
 
 def _bar(total: int, step: int, shown: bool) -> tqdm:
@@ -358,7 +367,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         corpus = None
         if is_corpus_path(train_cfg.corpus) and "vocab_size" not in overrides:  # your own text sizes the model
             corpus = load_train_corpus(train_cfg)
-            model_cfg = TXLConfig(**dict(model_cfg.to_dict(), vocab_size=corpus.vocab_size))
+            # (a resume keeps its run's size: another file is then refused as another corpus, not another size)
+            size = (saved_vocab_size(Path(train_cfg.out) / LAST) if args.resume else None) or corpus.vocab_size
+            model_cfg = TXLConfig(**dict(model_cfg.to_dict(), vocab_size=size))
         saved = saved_max_steps(Path(train_cfg.out) / LAST) if args.resume and "max_steps" not in overrides else None
         if saved is not None:  # a resume without --max-steps goes on to the run's own end (its schedule)
             train_cfg = replace(train_cfg, max_steps=saved)
