@@ -371,10 +371,11 @@ def test_train_evaluate_and_generate_words_from_the_command_line(tmp_path, capsy
     write(tmp_path / "w.txt", WORDS)
     env = dict(ENV, TXL_DATA_DIR=str(tmp_path / "data"))
     python("-m", "txl_minimal.train", "--corpus", "w.txt", "--unit", "word", "--out", "run", *TINY_RUN,
-           "max_vocab=10", env=env, cwd=tmp_path)
+           "max_vocab=10", "split=0.8,0.1,0.1", env=env, cwd=tmp_path)
     ckpt = load_checkpoint(tmp_path / "run" / "best.pt")
     assert ckpt["vocab"]["unit"] == "word" and len(ckpt["vocab"]["symbols"]) == 10
     assert (ckpt["train_config"]["unit"], ckpt["train_config"]["max_vocab"]) == ("word", 10)
+    assert ckpt["train_config"]["split"] == (0.8, 0.1, 0.1)
     evaluate_main([str(tmp_path / "run"), "--no-progress"])
     assert "valid: ppl" in capsys.readouterr().out  # read again as words, capped at 10 (its checkpoint says how)
     model = load(tmp_path / "run")
@@ -383,5 +384,7 @@ def test_train_evaluate_and_generate_words_from_the_command_line(tmp_path, capsy
     record = json.loads(next((tmp_path / "data" / "own").glob("*.vocab.json")).read_text(encoding="utf-8"))
     assert record["symbols"] == ckpt["vocab"]["symbols"]
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert evaluate_checkpoint(tmp_path / "run", max_predictions=10)["unit"] == "word"
+        warnings.simplefilter("error")  # the cache the training wrote is read again: the same key
+        result = evaluate_checkpoint(tmp_path / "run")
+    n = sum(len(line.split()) + 1 for line in WORDS.split("\n")[:-1])  # words and one <eos> a line
+    assert result["unit"] == "word" and result["tokens"] == round(n * 0.1) - 1  # its valid split of 10%

@@ -10,7 +10,9 @@ plus validation.py's clear errors and adaptive.py's word-level layers inside the
     fast         the model's faster subclasses, swapped in by ``model.fast_attn`` (the same numbers)
     variants     Shaw et al.'s encoding, adaptive span (registered on import)
     words        Vocab                                           (the authors' word vocabulary)
+    symbols      encode_symbols, decode_symbols, UNKNOWN_CHAR    (text <-> ids of any vocabulary)
     text8        VOCAB, encode, decode, Corpus, load_text8, load_text8_mini   (characters)
+    text_file    load_text_file                                  (your own UTF-8 file: characters or words)
     word_corpora load_wikitext, load_text8_mini_words, word_stats  (words: WikiText-103/-2, text8-mini)
     batching     LMOrderedIterator, as_ids                       (in order, batch first, for the memory)
     data         load_corpus, generate_text(model, "the king ", n_new)   (text in, text out);

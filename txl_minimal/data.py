@@ -106,8 +106,10 @@ def is_corpus_path(name: str | os.PathLike) -> bool:
 
 def unknown_corpus(name) -> ValueError:
     """The error for a name that is neither a corpus of CORPORA nor an existing file, with the fix."""
-    return ValueError(f"unknown corpus {str(name)!r}: not one of {', '.join(map(repr, CORPORA))}, nor a file "
-                      f"({Path(name).expanduser().resolve()} does not exist). Fix: name one of those, or pass the "
+    path = isinstance(name, (str, os.PathLike)) and str(name) != ""
+    where = f" ({Path(name).expanduser().resolve()} does not exist)" if path else ""
+    return ValueError(f"unknown corpus {name if name is None else str(name)!r}: not one of "
+                      f"{', '.join(map(repr, CORPORA))}, nor a file{where}. Fix: name one of those, or pass the "
                       "path to a UTF-8 text file of your own (load_corpus('path/to/file.txt'), --corpus "
                       "path/to/file.txt: its characters, or its words with unit='word' / --unit word)")
 

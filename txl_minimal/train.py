@@ -135,8 +135,9 @@ class TrainConfig:
             if kind == "str" and not isinstance(value, str):
                 raise ValueError(f"TrainConfig.{f.name} must be a string, got {value!r}")
             if f.name == "corpus" and value not in CORPORA and (not is_corpus_path(value) or not os.path.exists(value)):
+                where = f" (no file {Path(value).expanduser().resolve()})" if value else ""
                 raise ValueError(f"TrainConfig.corpus must be one of {CORPORA} or the path to a UTF-8 text file, got "
-                                 f"{value!r} (no file {Path(value).expanduser().resolve()})")
+                                 f"{value!r}{where}")
             if f.name in CHOICES and value not in CHOICES[f.name] and f.name != "corpus":
                 raise ValueError(f"TrainConfig.{f.name} must be one of {CHOICES[f.name]}, got {value!r}")
         if not (isinstance(self.compile, bool) or self.compile in COMPILE_MODES):
