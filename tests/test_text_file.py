@@ -136,6 +136,8 @@ def test_a_word_corpus_trains_and_generates_words(tmp_path):
                 corpus, progress=False)
     text = generate_text(res.model, "the cat", 5, generator=torch.Generator().manual_seed(0))
     assert text.startswith("the cat ") and all(w in corpus.vocab for w in text.split())
+    save(res.model, tmp_path / "mine.safetensors")  # no training config: its vocabulary says "word"
+    assert evaluate_checkpoint(tmp_path / "mine.safetensors", corpus=str(tmp_path / "w.txt"))["unit"] == "word"
 
 
 # ----------------------------------------------------------------------------- splits, chunks, cache
