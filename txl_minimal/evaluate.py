@@ -250,7 +250,7 @@ def which_state(target: str | Path, result: dict) -> Optional[str]:
 def _file_settings(ckpt: dict, target) -> dict:
     """How the checkpoint's training read its text file (unit, split, max_vocab), for reading ``target``
     the same way when it is a file's path; nothing for a corpus name (a named corpus has its own)."""
-    saved = dict((ckpt.get("train_config") or {}))
+    saved = dict(ckpt.get("train_config") or {})
     if target is None or not is_corpus_path(target):
         return {}
     if saved.get("unit") is None and checkpoint_vocab(ckpt) is not None:  # e.g. save(model): its vocabulary's unit

@@ -221,32 +221,35 @@ def _read_chars(path: Path, split: tuple, max_vocab: int | None, chunk_bytes: in
     return symbols, ids
 
 
-def _lines(path: Path, chunk_bytes: int) -> Iterator[str]:
-    """The file's lines (ended by "\\n"; "\\r\\n" too, its "\\r" being whitespace), one at a time."""
+def _line_blocks(path: Path, chunk_bytes: int) -> Iterator[list[str]]:
+    """The file's lines (ended by "\\n"; "\\r\\n" too, its "\\r" being whitespace), a chunk's worth at a time."""
     carry = ""
     for text in _pieces(path, chunk_bytes):
-        parts = (carry + text).split("\n")
-        carry = parts.pop()
-        yield from parts
+        lines = (carry + text).split("\n")
+        carry = lines.pop()
+        yield lines
     if carry:
-        yield carry
+        yield [carry]
+
+
+def _tokens(lines: list[str]) -> list[str]:
+    """Each line's words then ``<eos>``: ``Vocab(add_eos=True).tokenize`` of every line, at once."""
+    return [word for line in lines for word in line.split() + ["<eos>"]]
 
 
 def _read_words(path: Path, split: tuple, max_vocab: int | None, chunk_bytes: int) -> tuple[list[str], np.ndarray]:
     """(symbols, ids) of a file's words, WikiText's way (Vocab, ``<eos>`` per line): three passes
     as ``_read_chars``."""
-    vocab = Vocab(special=WORD_SPECIALS, add_eos=True,
-                  max_size=None if max_vocab is None else max_vocab - len(WORD_SPECIALS))
-    n = words = 0
-    for line in _lines(path, chunk_bytes):
-        tokens = vocab.tokenize(line)
-        n, words = n + len(tokens), words + len(tokens) - 1
-    if words == 0:
+    n = lines = 0
+    for block in _line_blocks(path, chunk_bytes):
+        n, lines = n + sum(len(line.split()) for line in block) + len(block), lines + len(block)
+    if n == lines:
         raise CorpusError(f"{path} holds no words ({'it is empty' if n == 0 else 'only whitespace'}). "
                           "Fix: pass a text file with words in it")
     n_train, seen = _check_sizes(path, n, split, "words (<eos> included)"), 0
-    for line in _lines(path, chunk_bytes):
-        tokens = vocab.tokenize(line)[:n_train - seen]
+    vocab = Vocab(special=WORD_SPECIALS, max_size=None if max_vocab is None else max_vocab - len(WORD_SPECIALS))
+    for block in _line_blocks(path, chunk_bytes):
+        tokens = _tokens(block)[:n_train - seen]
         vocab.counter.update(tokens)
         seen += len(tokens)
         if seen >= n_train:
@@ -256,9 +259,9 @@ def _read_words(path: Path, split: tuple, max_vocab: int | None, chunk_bytes: in
     vocab.build_vocab()
     get, unk = vocab.sym2idx.get, vocab.unk_idx
     ids, at = np.empty(n, dtype=narrowest_dtype(len(vocab))), 0
-    for line in _lines(path, chunk_bytes):
-        tokens = vocab.tokenize(line)
-        ids[at:at + len(tokens)] = [get(s, unk) for s in tokens]
+    for block in _line_blocks(path, chunk_bytes):
+        tokens = _tokens(block)
+        ids[at:at + len(tokens)] = np.fromiter((get(t, unk) for t in tokens), dtype=np.int64, count=len(tokens))
         at += len(tokens)
     return vocab.idx2sym, ids
 
