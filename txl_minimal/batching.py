@@ -4,6 +4,7 @@ each batch continues row b of the batch before, so the memory (Sec. 3.2) carries
     it = LMOrderedIterator(corpus.train, batch_size=22, tgt_len=512)
     for x, y in it: ...                        # (batch, seq) LongTensors, y = x shifted by one
     ids = as_ids(corpus.valid, limit=10_000)   # any ids as a new LongTensor on the CPU
+    check_long_enough(len(corpus.train), batch_size=22, tgt_len=512)   # a sentence, not an empty iterator
 """
 
 from __future__ import annotations
@@ -31,6 +32,23 @@ def as_ids(data, limit: int | None = None) -> torch.Tensor:
     return data.detach().to("cpu", torch.long, copy=True)
 
 
+def check_long_enough(n_tokens: int, batch_size: int, tgt_len: int, what: str = "the training split") -> None:
+    """ValueError, with the fix, unless ``n_tokens`` fill ``batch_size`` columns of at least one
+    training segment each (tgt_len inputs and their targets: tgt_len + 1 tokens a column), which
+    LMOrderedIterator needs to serve one batch.
+
+        >>> check_long_enough(100, batch_size=4, tgt_len=32)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: the training split holds 100 tokens: too few for batch_size 4 columns of tgt_len 32...
+    """
+    need = batch_size * (tgt_len + 1)
+    if n_tokens < need:
+        raise ValueError(f"{what} holds {n_tokens:,} tokens: too few for batch_size {batch_size} columns of tgt_len "
+                         f"{tgt_len} (+1 target) each, {need:,} tokens at least. Fix: a longer text, or a smaller "
+                         f"batch (--batch-size {max(1, n_tokens // (tgt_len + 1))}) or segment (--set tgt_len=...)")
+
+
 class LMOrderedIterator:
     """Serve a token stream as in-order segments, batch first, for recurrence memory.
 
@@ -48,7 +66,10 @@ class LMOrderedIterator:
     def __init__(self, data, batch_size: int, tgt_len: int, device: str | torch.device = "cpu",
                  evaluation: bool = False, var_len: bool = False, seed: int = 0):
         if not isinstance(data, torch.Tensor):
-            data = torch.from_numpy(np.array(data))  # a copy: memmaps are read-only
+            data = np.array(data)  # a copy: memmaps are read-only
+            if data.dtype.kind == "u" and data.dtype.itemsize > 1:  # a text file's uint16 ids: torch 2.3 lacks uint16
+                data = data.astype(np.int32)
+            data = torch.from_numpy(data)
         if data.dim() != 1:  # a (1, N) batch would count as 1 token
             raise ValueError(f"LMOrderedIterator reads one stream of token ids (1-D), got shape {tuple(data.shape)}. "
                              "Fix: pass the text as one sequence (ids.flatten()); batch_size cuts it into columns")

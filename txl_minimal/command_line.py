@@ -7,7 +7,7 @@ import argparse
 import ast
 from typing import Optional
 
-from txl_minimal.data import CORPORA
+from txl_minimal.data import CORPORA, UNITS
 from txl_minimal.devices import COMPILE_MODES
 from txl_minimal.run_folder import TrainResult
 from txl_minimal.utils import int_at_least
@@ -23,7 +23,11 @@ def parser(description: str, presets: list[str], amps: tuple[str, ...]) -> argpa
     p.add_argument("--out", help="run directory (ckpt.pt, log.csv)")
     p.add_argument("--max-steps", type=int_at_least(1))
     p.add_argument("--batch-size", type=int_at_least(1))
-    p.add_argument("--corpus", choices=CORPORA)
+    p.add_argument("--corpus", metavar="NAME_OR_FILE",
+                   help=f"one of {', '.join(CORPORA)}, or the path to a UTF-8 text file of your own (its characters; "
+                        "words with --unit word; vocab_size then follows it unless --set; --set split=0.8,0.1,0.1 "
+                        "and max_vocab=N read it otherwise)")
+    p.add_argument("--unit", choices=UNITS, help="how a text file is read: character (default) or word")
     p.add_argument("--device")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile each segment on any device (TrainConfig.compile; its default, 'auto', "
@@ -45,7 +49,7 @@ def overrides(args: argparse.Namespace, field_types: dict[str, str]) -> dict:
     """The settings the flags change: those given by name, then each --set KEY=VALUE (``field_types``:
     each config field's annotation, which says how its value is read)."""
     changed = {k: v for k, v in dict(out=args.out, max_steps=args.max_steps, batch_size=args.batch_size,
-                                     corpus=args.corpus, device=args.device, amp=args.amp,
+                                     corpus=args.corpus, unit=args.unit, device=args.device, amp=args.amp,
                                      compile=args.compile or None).items() if v is not None}
     for item in args.set:
         key, sep, value = item.partition("=")

@@ -28,9 +28,13 @@ from txl_minimal.text8 import (MINI_HINT, MINI_PATH, REPO_DATA, TEXT8, VOCAB, VO
                                split_corpus, text8_dir)
 from txl_minimal.word_corpora import (MINI_WORDS_MAX_SIZE, SPLITS, WIKITEXT, WikiTextSource, load_text8_mini_words,
                                       load_wikitext, word_stats)
+from txl_minimal.symbols import UNKNOWN_CHAR, decode_symbols, encode_symbols
+from txl_minimal.text_file import DEFAULT_SPLIT, UNITS, load_text_file
 from txl_minimal.words import Vocab
 
-__all__ = ["CORPORA", "WORD_CORPORA", "load_corpus", "generate_text",
+__all__ = ["CORPORA", "WORD_CORPORA", "load_corpus", "generate_text", "is_corpus_path",
+           # text_file.py, symbols.py
+           "load_text_file", "DEFAULT_SPLIT", "UNITS", "UNKNOWN_CHAR",
            # text8.py
            "VOCAB", "VOCAB_SIZE", "MINI_PATH", "REPO_DATA", "MINI_HINT", "TEXT8", "Text8Source", "Corpus",
            "CorpusError", "encode", "decode", "split_corpus", "default_text8_dir", "text8_dir", "load_text8",
@@ -46,10 +50,12 @@ __all__ = ["CORPORA", "WORD_CORPORA", "load_corpus", "generate_text",
 
 def generate_text(model: torch.nn.Module, prompt: str, n_new: int, **kwargs) -> str:
     """``model.generate`` for text: the prompt encoded, ``n_new`` tokens sampled after it, and the
-    result as text that starts with the prompt. A character model reads space and a-z; a word
-    model that knows its vocabulary (loaded from a checkpoint, or returned by ``train``) reads
-    the prompt's words (``<unk>`` for one it lacks) and adds ``n_new`` words, joined by spaces; an
-    enwik8 model (``unit == "byte"``) reads the prompt's UTF-8 bytes and writes bytes read as UTF-8.
+    result as text that starts with the prompt. A text8 character model reads space and a-z; a
+    model trained on a text file reads and writes that file's characters (a prompt character
+    outside them is a ValueError naming it); a word model that knows its vocabulary (loaded from a
+    checkpoint, or returned by ``train``) reads the prompt's words (``<unk>`` for one it lacks) and
+    adds ``n_new`` words, joined by spaces; an enwik8 model (``unit == "byte"``) reads the prompt's
+    UTF-8 bytes and writes bytes read as UTF-8.
     ``kwargs`` go to ``model.generate`` (temperature, top_k, generator)."""
     if not isinstance(prompt, str):
         raise ValueError(f"generate_text takes a string prompt, got {type(prompt).__name__}. "
@@ -59,6 +65,13 @@ def generate_text(model: torch.nn.Module, prompt: str, n_new: int, **kwargs) -> 
         return _generate_words(model, prompt, n_new, symbols, **kwargs)
     if unit == "byte":
         return _generate_bytes(model, prompt, n_new, symbols, **kwargs)
+    if unit == "character" and symbols is not None and tuple(symbols) != tuple(VOCAB):  # a text file's characters
+        try:
+            ids = encode_symbols(prompt, symbols, strict=True)
+        except ValueError as e:
+            raise ValueError(f"generate_text: the prompt's {e}. Fix: write the prompt in characters of the model's "
+                             "training text") from None
+        return decode_symbols(model.generate(torch.as_tensor(ids, dtype=torch.long), n_new, **kwargs), symbols)
     size = getattr(getattr(model, "cfg", None), "vocab_size", VOCAB_SIZE)
     if unit is None and size != VOCAB_SIZE:  # a model built in Python, not over the 27 characters
         raise ValueError(f"generate_text reads and writes the {VOCAB_SIZE} characters of VOCAB, but this model has "
@@ -100,15 +113,56 @@ CORPORA = ("text8", "text8-mini", "auto", "text8-mini-words", "wt103", "wt2", "e
 WORD_CORPORA = ("text8-mini-words", "wt103", "wt2")  # unit "word": scored in perplexity
 
 
-def load_corpus(name: str = "auto", data_dir: str | Path | None = None,
-                download: bool = True) -> Corpus:
+def is_corpus_path(name: str | os.PathLike) -> bool:
+    """Whether ``name`` means a file rather than a corpus name: a Path, or a string that is not one of
+    CORPORA and holds a folder separator, has a suffix (".txt") or names something that exists."""
+    if isinstance(name, os.PathLike):
+        return True
+    return (isinstance(name, str) and name != "" and name not in CORPORA
+            and ("/" in name or os.sep in name or Path(name).suffix != "" or Path(name).exists()))
+
+
+def unknown_corpus(name) -> ValueError:
+    """The error for a name that is neither a corpus of CORPORA nor an existing file, with the fix."""
+    path = isinstance(name, (str, os.PathLike)) and str(name) != ""
+    where = f" ({Path(name).expanduser().resolve()} does not exist)" if path else ""
+    return ValueError(f"unknown corpus {name if name is None else str(name)!r}: not one of "
+                      f"{', '.join(map(repr, CORPORA))}, nor a file{where}. Fix: name one of those, or pass the "
+                      "path to a UTF-8 text file of your own (load_corpus('path/to/file.txt'), --corpus "
+                      "path/to/file.txt: its characters, or its words with unit='word' / --unit word)")
+
+
+def load_corpus(name: str | os.PathLike = "auto", data_dir: str | Path | None = None, download: bool = True, *,
+                unit: str | None = None, split: tuple[float, float, float] | None = None,
+                max_vocab: int | None = None) -> Corpus:
     """Load a corpus by name: characters "text8", "text8-mini" or "auto" (text8 if present or
     downloadable, else mini); words "text8-mini-words" (offline), "wt103" or "wt2" (WikiText);
-    bytes "enwik8" (the Hutter Prize file, as the authors prepare it).
+    or a UTF-8 text file of your own by its path (text_file.py): its characters, or its words with
+    ``unit="word"``; ``split`` its (train, valid, test) fractions, default (0.9, 0.05, 0.05);
+    ``max_vocab`` a cap on its vocabulary. (A named corpus has its own unit and splits: those
+    three are for a file; ``unit`` may repeat a named corpus's own.)
 
-    $TXL_CORPUS, when set, overrides `name` (so CI can force text8-mini everywhere).
+    $TXL_CORPUS, when set, overrides a corpus name (so CI can force text8-mini everywhere), never
+    the path to a file.
+
+        >>> load_corpus("text8-mini")
+        Corpus('text8-mini', train=2,759,702, valid=153,317, test=153,317, vocab_size=27)
+        >>> mine = load_corpus("my.txt", unit="word")    # doctest: +SKIP
     """
-    name = os.environ.get("TXL_CORPUS") or name
+    if not is_corpus_path(name):
+        name = os.environ.get("TXL_CORPUS") or name
+    if is_corpus_path(name):
+        if not Path(name).expanduser().exists():
+            raise unknown_corpus(name)
+        return load_text_file(name, unit, split, max_vocab, data_dir)
+    if name not in CORPORA:
+        raise unknown_corpus(name)
+    own = "word" if name in WORD_CORPORA else "byte" if name == "enwik8" else "character"
+    if unit not in (None, own) or split is not None or max_vocab is not None:
+        given = ", ".join(f"{k}={v!r}" for k, v in dict(unit=unit, split=split, max_vocab=max_vocab).items()
+                          if v is not None and not (k == "unit" and v == own))
+        raise ValueError(f"{name} is a named corpus of {own}s with its own splits and vocabulary: {given} "
+                         "applies only to a text file of your own. Fix: drop it, or pass the path to a text file")
     if name == "text8-mini":
         return load_text8_mini()
     if name == "text8":
@@ -119,8 +173,6 @@ def load_corpus(name: str = "auto", data_dir: str | Path | None = None,
         return load_wikitext(name, data_dir, download)
     if name == "enwik8":
         return load_enwik8(data_dir, download)
-    if name != "auto":
-        raise ValueError(f"unknown corpus {name!r}; use one of {', '.join(map(repr, CORPORA))}")
     try:
         return load_text8(data_dir, download)
     except (CorpusError, OSError) as e:  # OSError: a data folder we may not even read

@@ -30,7 +30,7 @@ from tqdm import tqdm
 from txl_minimal import fast, validation
 from txl_minimal.checkpoint import (BEST, NAMES, checkpoint_file, checkpoint_vocab, describe_vocab, load_checkpoint,
                                     model_from_checkpoint, unwrap, vocab_entry)
-from txl_minimal.data import CORPORA, CorpusError, as_ids, load_corpus
+from txl_minimal.data import CORPORA, CorpusError, as_ids, is_corpus_path, load_corpus
 from txl_minimal.model import TransformerXL, TXLOutput
 from txl_minimal.utils import LN2, check_device, int_at_least, score_name, score_of, terminal_progress
 from txl_minimal.validation import as_int
@@ -214,7 +214,8 @@ def evaluate_checkpoint(target: str | Path, split: str = "valid", corpus: Option
     trained_on = ckpt.get("train_config", {}).get("corpus")  # txl_minimal.save stores none
     fix = _corpus_fix(trained_on, corpus)
     try:
-        loaded = load_corpus(corpus or trained_on)  # $TXL_CORPUS overrides the name
+        loaded = load_corpus(corpus or trained_on, **_file_settings(ckpt, corpus or trained_on))  # $TXL_CORPUS
+        # overrides a name, never a file's path
     except ValueError as e:  # e.g. a checkpoint trained on a Corpus built in Python
         raise ValueError(f"{e}. The checkpoint {path} names corpus {trained_on!r}. {fix}") from e
     _check_corpus_fits(path, ckpt, model, loaded, fix)
@@ -246,16 +247,29 @@ def which_state(target: str | Path, result: dict) -> Optional[str]:
     return f"{target}: scoring ckpt.pt, the last state ({step}; {why})"
 
 
+def _file_settings(ckpt: dict, target) -> dict:
+    """How the checkpoint's training read its text file (unit, split, max_vocab), for reading ``target``
+    the same way when it is a file's path; nothing for a corpus name (a named corpus has its own)."""
+    saved = dict(ckpt.get("train_config") or {})
+    if target is None or not is_corpus_path(target):
+        return {}
+    if saved.get("unit") is None and checkpoint_vocab(ckpt) is not None:  # e.g. save(model): its vocabulary's unit
+        saved["unit"] = checkpoint_vocab(ckpt)["unit"]
+    return {k: saved[k] for k in ("unit", "split", "max_vocab") if saved.get(k) is not None}
+
+
 def _corpus_fix(trained_on: Optional[str], corpus: Optional[str]) -> str:
     """How to choose the right evaluation corpus, naming what chose the wrong one: $TXL_CORPUS
     (which overrides everything), --corpus, or nothing (the checkpoint's own)."""
     env = os.environ.get("TXL_CORPUS")
-    if env and env != (corpus or trained_on):  # the variable, not the name asked for, chose the corpus
+    # the variable, not the name asked for, chose the corpus (it never replaces a file's path)
+    if env and env != (corpus or trained_on) and not is_corpus_path(corpus or trained_on or ""):
         chosen = f"--corpus {corpus}" if corpus else f"the checkpoint's corpus {trained_on!r}"
         return (f"Fix: $TXL_CORPUS={env} overrides {chosen}: unset it (unset TXL_CORPUS)"
                 + (f" or set it to {trained_on}" if trained_on in CORPORA else "") + ".")
     if corpus:
-        return (f"Fix: drop --corpus {corpus} (the checkpoint was trained on {trained_on})" if trained_on in CORPORA
+        return (f"Fix: drop --corpus {corpus} (the checkpoint was trained on {trained_on})"
+                if trained_on in CORPORA or (trained_on and is_corpus_path(trained_on))
                 else "Fix: choose its training corpus with --corpus") + "."
     return "Fix: choose the evaluation corpus with --corpus."
 
@@ -288,7 +302,9 @@ def main(argv: Optional[list[str]] = None) -> None:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", metavar="CKPT", help="txl | vanilla (shipped), a run directory or a checkpoint file")
     p.add_argument("--split", choices=("train", "valid", "test"), default="valid")
-    p.add_argument("--corpus", choices=CORPORA, help="default: the training corpus")
+    p.add_argument("--corpus", metavar="NAME_OR_FILE",
+                   help=f"default: the training corpus; else one of {', '.join(CORPORA)} or a UTF-8 text file's path "
+                        "(read as the checkpoint's training file was: its unit, split and max_vocab)")
     seg = p.add_argument_group("segments with memory (the default evaluation)")
     seg.add_argument("--tgt-len", type=int_at_least(1), help="segment length (default: the training one)")
     seg.add_argument("--mem-len", type=int_at_least(0), help="memory length (default: the training one)")

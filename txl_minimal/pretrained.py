@@ -42,7 +42,7 @@ import torch
 from txl_minimal.checkpoint import (CHECKSUM, LOG_HEADER, NAMES, PRETRAINED_DIR, SAFETENSORS, checkpoint_bytes,
                                     checkpoint_vocab, describe_vocab, load_checkpoint, model_from_checkpoint,
                                     run_checkpoint)
-from txl_minimal.data import CorpusError, load_corpus
+from txl_minimal.data import VOCAB, CorpusError, load_corpus
 from txl_minimal.evaluate import evaluate, sliding_window_eval
 from txl_minimal.model import TransformerXL
 from txl_minimal.utils import (LN2, MANIFEST, WriteError, check_shipped, read_json, shipped_fix, terminal_progress,
@@ -128,11 +128,12 @@ def _shipped_state(run_dir: str | Path, name: str, last: bool = False) -> tuple[
         read_json(PRETRAINED_DIR / MANIFEST, shipped_fix(PRETRAINED_DIR / MANIFEST))
     ckpt = load_checkpoint(source)
     vocab = checkpoint_vocab(ckpt)
-    if vocab is None or vocab["unit"] != "character":
+    if vocab is None or vocab["unit"] != "character" or vocab["symbols"] not in (None, list(VOCAB)):
         what = describe_vocab(vocab) if vocab else f"its corpus is {ckpt.get('train_config', {}).get('corpus')!r}"
         raise ValueError(f"{run_dir} is not a character model trained on text8 or text8-mini ({what}): "
                          f"the shipped {name!r} is scored on text8-mini's characters (nothing was changed). "
-                         "Fix: ship a character run.")
+                         "Fix: ship a character run over text8's 27; a model of your own text travels as a file: "
+                         "txl_minimal.save(txl_minimal.load(RUN_DIR), 'mine.safetensors').")
     raw = (run_dir / "log.csv").read_bytes()
     if not raw.startswith(LOG_HEADER):
         raise ValueError(f"{run_dir / 'log.csv'} is not a training log (it begins {raw[:40]!r}); nothing was "

@@ -31,6 +31,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from txl_minimal.symbols import decode_symbols, encode_symbols
 from txl_minimal.utils import NO_SPACE, WriteError, atomic_write, check_shipped, remove_leftovers, shipped_fix
 
 VOCAB = " abcdefghijklmnopqrstuvwxyz"  # id 0 = space, 1 = a, ..., 26 = z
@@ -90,7 +91,9 @@ def decode(ids) -> str:
 @dataclass(repr=False)
 class Corpus:
     """Encoded train/valid/test splits (numpy arrays, possibly memory-mapped): uint8 character
-    ids over VOCAB, or int32 word ids over a tuple of symbols (``unit="word"``)."""
+    ids over VOCAB, or int32 word ids over a tuple of symbols (``unit="word"``); a text file's
+    (text_file.py) ids over its own characters (a string) or words, in the narrowest integer type.
+    ``encode``/``decode`` turn text into its ids and back."""
 
     name: str
     train: np.ndarray
@@ -102,6 +105,32 @@ class Corpus:
     @property
     def vocab_size(self) -> int:
         return len(self.vocab)
+
+    def encode(self, text: str) -> np.ndarray:
+        """``text`` as this corpus's ids: over text8's 27 characters as ``encode`` (another character
+        is a ValueError); over a text file's characters each one's id (one the vocabulary lacks:
+        UNKNOWN_CHAR's, id 0); words line by line, each line ending with ``<eos>`` where the
+        vocabulary has it (``symbols.encode_symbols``).
+
+            >>> from txl_minimal import load_corpus
+            >>> load_corpus("text8-mini").encode("the").tolist()
+            [20, 8, 5]
+        """
+        if self.unit == "character" and self.vocab == VOCAB:
+            return encode(text)
+        return encode_symbols(text, self.vocab, self.unit)
+
+    def decode(self, ids) -> str:
+        """The text of ``ids`` (list, NumPy array, tensor): characters joined, words joined by spaces.
+
+            >>> from txl_minimal import load_corpus
+            >>> corpus = load_corpus("text8-mini")
+            >>> corpus.decode(corpus.encode("the king"))
+            'the king'
+        """
+        if self.unit == "character" and self.vocab == VOCAB:
+            return decode(ids)
+        return decode_symbols(ids, self.vocab, self.unit)
 
     def __repr__(self) -> str:
         return (f"Corpus({self.name!r}, train={len(self.train):,}, valid={len(self.valid):,}, "

@@ -38,7 +38,9 @@ from tqdm import tqdm
 
 from txl_minimal import command_line
 from txl_minimal.checkpoint import LAST, attach_vocab, vocab_entry
-from txl_minimal.data import CORPORA, Corpus, CorpusError, load_corpus
+from txl_minimal.batching import check_long_enough
+from txl_minimal.data import CORPORA, UNITS, Corpus, CorpusError, is_corpus_path, load_corpus
+from txl_minimal.text_file import check_settings
 from txl_minimal.devices import (COMPILE_MODES, LossMeter, adam_options, amp_context, check_replicas_agree,
                                  choose_once, distributed, leave_process_group, rank_loader, training_device, wrap)
 from txl_minimal.evaluate import evaluate
@@ -60,7 +62,7 @@ from txl_minimal.presets import FALLBACK_EPOCHS  # noqa: F401
 from txl_minimal.run_folder import (CSV_COLUMNS, LOCK, NO_BEST, ON_RESUME, RESUME_MAY_CHANGE, RUN_FILES,  # noqa: F401
                                     CSVLog)
 
-CHOICES = dict(corpus=CORPORA, amp=("auto", "bf16", "fp16", "off"), attention=("auto", "fast", "explicit"),
+CHOICES = dict(corpus=CORPORA, unit=UNITS, amp=("auto", "bf16", "fp16", "off"), attention=("auto", "fast", "explicit"),
                adam=("auto", "fused", "foreach", "for-loop"), loss_positions=("full", "half"))
 
 
@@ -69,6 +71,10 @@ class TrainConfig:
     """Optimisation and bookkeeping; the model's hyper-parameters live in TXLConfig."""
 
     corpus: str = "text8-mini"  # "text8" | "text8-mini" | "auto" | words: "text8-mini-words" | "wt103" | "wt2"
+    # | the path to a UTF-8 text file of your own (text_file.py), read with these three (None: the defaults):
+    unit: Optional[str] = None  # "character" (default) | "word"; a named corpus has its own
+    split: Optional[tuple] = None  # (train, valid, test) fractions of the file; None: (0.9, 0.05, 0.05)
+    max_vocab: Optional[int] = None  # the most symbols kept (specials included); None: every one of train
     batch_size: int = 16  # global: split over the DDP ranks
     lr: float = 1e-3
     min_lr: float = 0.0  # cosine floor (the authors' eta_min)
@@ -106,6 +112,8 @@ class TrainConfig:
         """Raise ``ValueError`` naming the first impossible field (before anything is written)."""
         if isinstance(self.out, os.PathLike):  # a Path would not load back from a checkpoint (weights_only)
             self.out = os.fspath(self.out)
+        if isinstance(self.corpus, os.PathLike):
+            self.corpus = os.fspath(self.corpus)
         for f in fields(self):  # types first, as in TXLConfig: True is an int to Python, "no" is truthy
             value, kind = getattr(self, f.name), f.type.removeprefix("Optional[").rstrip("]")
             low = 0 if f.name in ("warmup_steps", "seed", "eval_mem_len", "eval_clamp_len", "min_lr") else 1
@@ -126,7 +134,11 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig.{f.name} must be a number {'>' if low else '>='} 0, got {value!r}")
             if kind == "str" and not isinstance(value, str):
                 raise ValueError(f"TrainConfig.{f.name} must be a string, got {value!r}")
-            if f.name in CHOICES and value not in CHOICES[f.name]:
+            if f.name == "corpus" and value not in CORPORA and (not is_corpus_path(value) or not os.path.exists(value)):
+                where = f" (no file {Path(value).expanduser().resolve()})" if value else ""
+                raise ValueError(f"TrainConfig.corpus must be one of {CORPORA} or the path to a UTF-8 text file, got "
+                                 f"{value!r}{where}")
+            if f.name in CHOICES and value not in CHOICES[f.name] and f.name != "corpus":
                 raise ValueError(f"TrainConfig.{f.name} must be one of {CHOICES[f.name]}, got {value!r}")
         if not (isinstance(self.compile, bool) or self.compile in COMPILE_MODES):
             raise ValueError(f"TrainConfig.compile must be True or False, or one of {COMPILE_MODES}, "
@@ -134,6 +146,9 @@ class TrainConfig:
         if self.flex_attention and self.attention == "explicit":
             raise ValueError("TrainConfig.flex_attention is a fast path; attention='explicit' runs model.py's code, "
                              "which never uses it. Fix: attention='auto' or 'fast', or flex_attention=False")
+        if self.split is not None or self.max_vocab is not None:  # a tuple, as a checkpoint saves it
+            _, split, _ = check_settings(self.unit, self.split, self.max_vocab)
+            self.split = None if self.split is None else split
         if self.min_lr > self.lr:
             raise ValueError(f"TrainConfig.min_lr ({self.min_lr}) must not exceed lr ({self.lr})")
         if self.device != "auto":  # one this machine has: cpu, cuda, cuda:N
@@ -211,14 +226,31 @@ def _corpus_and_configs(corpus: Optional[Corpus], raw: TransformerXL, model_cfg:
     """The corpus (``corpus``, else cfg.corpus loaded) and what every checkpoint records beside the
     weights: the configs, the precision choice and the vocabulary (what the ids mean: evaluate and
     generate check it), which ``raw`` carries too."""
-    corpus = corpus if corpus is not None else load_corpus(cfg.corpus)  # $TXL_CORPUS, "auto": see data.py
+    corpus = corpus if corpus is not None else load_train_corpus(cfg)
     if model_cfg.vocab_size < corpus.vocab_size:  # else an IndexError deep inside the embedding
         raise ValueError(f"TXLConfig.vocab_size is {model_cfg.vocab_size:,} but {corpus.name} has "
-                         f"{corpus.vocab_size:,} symbols. Fix: --set vocab_size={corpus.vocab_size}")
+                         f"{corpus.vocab_size:,} symbols. Fix: --set vocab_size={corpus.vocab_size}"
+                         + ("" if corpus.name in CORPORA else f" (in Python: TXLConfig(vocab_size={corpus.vocab_size},"
+                                                               " ...) or preset(..., vocab_size=...))"))
+    check_long_enough(len(corpus.train), cfg.batch_size, model_cfg.tgt_len, f"{corpus.name}'s training split")
     configs = dict(model_config=model_cfg.to_dict(), train_config=dict(asdict(cfg), corpus=corpus.name),
                    choice=choice, vocab=vocab_entry(corpus.unit, corpus.vocab))
     attach_vocab(raw, configs["vocab"])
     return corpus, configs
+
+
+def load_train_corpus(cfg: TrainConfig) -> Corpus:
+    """The corpus ``cfg`` trains on: cfg.corpus read with its unit, split and max_vocab ($TXL_CORPUS
+    overrides a corpus name, never a file's path; "auto": see data.py)."""
+    return load_corpus(cfg.corpus, unit=cfg.unit, split=cfg.split, max_vocab=cfg.max_vocab)
+
+
+def saved_vocab_size(path: Path) -> Optional[int]:
+    """The vocab_size of a run's checkpoint, or None where there is no readable one (train says why)."""
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["model_config"]["vocab_size"])
+    except Exception:  # noqa: BLE001 (train() loads it again and names the damage)
+        return None
 
 
 def _bar(total: int, step: int, shown: bool) -> tqdm:
@@ -334,11 +366,16 @@ def main(argv: Optional[list[str]] = None) -> None:
         overrides = command_line.overrides(args, FIELD_TYPES)
         model_cfg, train_cfg = preset(args.preset, **overrides)
         corpus = None
+        if is_corpus_path(train_cfg.corpus) and "vocab_size" not in overrides:  # your own text sizes the model
+            corpus = load_train_corpus(train_cfg)
+            # (a resume keeps its run's size: another file is then refused as another corpus, not another size)
+            size = (saved_vocab_size(Path(train_cfg.out) / LAST) if args.resume else None) or corpus.vocab_size
+            model_cfg = TXLConfig(**dict(model_cfg.to_dict(), vocab_size=size))
         saved = saved_max_steps(Path(train_cfg.out) / LAST) if args.resume and "max_steps" not in overrides else None
         if saved is not None:  # a resume without --max-steps goes on to the run's own end (its schedule)
             train_cfg = replace(train_cfg, max_steps=saved)
         elif "max_steps" not in overrides:  # a preset on a smaller corpus than its own: fewer steps, said once
-            corpus = load_corpus(train_cfg.corpus)
+            corpus = corpus or load_train_corpus(train_cfg)
             train_cfg, note = sized_to_corpus(args.preset, model_cfg, train_cfg, corpus)
             if note and distributed()[0] == 0:
                 print(f"{note}; --max-steps sets another")

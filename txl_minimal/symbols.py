@@ -1,0 +1,100 @@
+"""Text <-> ids over any vocabulary a corpus or a checkpoint names: characters (a string, or a
+tuple of one-character strings: the symbol of id i is ``symbols[i]``) or words (a tuple of
+words, read as the authors' Vocab reads them). text8's 27 characters keep text8.py's own
+``encode``/``decode``; this is for every other vocabulary (a text file's, load_corpus("my.txt")).
+
+    ids = encode_symbols("Привет", "\\ufffdПривет ")    # uint8 ids [1, 2, 3, 4, 5, 6]
+    decode_symbols(ids, "\\ufffdПривет ")              # "Привет"
+
+A character vocabulary built from a text file starts with UNKNOWN_CHAR (U+FFFD, id 0): the id of
+a character seen only in valid or test. ``strict=True`` refuses such a character instead, naming
+it (generate_text: a prompt the model cannot read is said, not replaced).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from txl_minimal.words import Vocab
+
+UNKNOWN_CHAR = "\ufffd"  # id 0 of a text file's characters: one seen only in valid/test (or outside the vocabulary)
+MAX_CODE_POINT = 0x10FFFF
+
+
+def narrowest_dtype(n_symbols: int) -> np.dtype:
+    """The narrowest integer type that holds ids 0 .. n_symbols - 1: uint8 up to 256 symbols, then
+    uint16 up to 65,536, then int32. (Torch is handed int32 or int64, never uint16: batching.py.)"""
+    if n_symbols <= 1 << 8:
+        return np.dtype(np.uint8)
+    return np.dtype(np.uint16) if n_symbols <= 1 << 16 else np.dtype(np.int32)
+
+
+def code_points(text: str) -> np.ndarray:
+    """The Unicode code points of ``text`` as a uint32 array (one per character, no copy of the text as str)."""
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+
+
+def char_table(symbols: Sequence[str]) -> np.ndarray:
+    """code point -> id over every code point (about 4 MB); -1 where ``symbols`` lacks it."""
+    table = np.full(MAX_CODE_POINT + 1, -1, dtype=np.int32)
+    cps = code_points("".join(symbols))
+    if len(cps) != len(symbols):
+        raise ValueError("a character vocabulary holds one character per symbol; got a longer symbol")
+    table[cps] = np.arange(len(symbols), dtype=np.int32)
+    return table
+
+
+def _missing(text: str, found: np.ndarray, symbols: Sequence[str]) -> str:
+    """The sentence naming the characters of ``text`` a vocabulary lacks and what it knows."""
+    cps = code_points(text)
+    bad = list(dict.fromkeys(chr(c) for c in cps[found < 0]))  # in order, once each
+    known = "".join(s for s in symbols if s != UNKNOWN_CHAR)
+    shown = known if len(known) <= 120 else known[:120] + "..."
+    return (f"{len(bad)} character{'s' if len(bad) > 1 else ''} {''.join(bad)!r} "
+            f"({', '.join(f'U+{ord(c):04X}' for c in bad[:10])}{', ...' if len(bad) > 10 else ''}) "
+            f"{'are' if len(bad) > 1 else 'is'} not in the vocabulary of {len(symbols):,} characters, "
+            f"which knows {shown!r}")
+
+
+def encode_symbols(text: str, symbols: Sequence[str], unit: str = "character", strict: bool = False,
+                   table: np.ndarray | None = None) -> np.ndarray:
+    """``text`` as ids of ``symbols`` (the narrowest dtype). Characters: each character's id; one
+    the vocabulary lacks is UNKNOWN_CHAR's id where it has one and ``strict`` is False, else a
+    ValueError naming it. Words: ``text``'s lines split at whitespace, each ending with ``<eos>``
+    where the vocabulary has it (as a corpus was read), an unknown word ``<unk>``'s id (a
+    ValueError naming it without one; ``strict`` is for characters).
+    ``table``: char_table(symbols), built once by a caller encoding many pieces.
+
+        >>> encode_symbols("aba", "\\ufffdab").tolist()
+        [1, 2, 1]
+    """
+    if unit == "word":
+        vocab = Vocab.from_symbols(symbols, add_eos="<eos>" in symbols)
+        try:
+            return vocab.encode_lines(text.split("\n")).astype(narrowest_dtype(len(symbols)))
+        except KeyError as e:  # a vocabulary without <unk>
+            raise ValueError(e.args[0]) from None
+    table = char_table(symbols) if table is None else table
+    found = table[code_points(text)]
+    unknown = -1 if strict else int(table[ord(UNKNOWN_CHAR)])
+    if unknown < 0 and (found < 0).any():
+        raise ValueError(_missing(text, found, symbols))
+    return np.where(found < 0, unknown, found).astype(narrowest_dtype(len(symbols)))
+
+
+def decode_symbols(ids, symbols: Sequence[str], unit: str = "character") -> str:
+    """The text of ``ids`` (list, NumPy array or tensor, any device): characters joined as they
+    are, words joined by spaces (``<eos>`` kept as written, as Vocab.decode).
+
+        >>> decode_symbols([1, 2, 1], "\\ufffdab")
+        'aba'
+    """
+    if isinstance(ids, torch.Tensor):
+        ids = ids.detach().cpu().numpy()
+    ids = np.asarray(ids, dtype=np.int64).ravel()
+    if ids.size and (ids.min() < 0 or ids.max() >= len(symbols)):
+        raise ValueError(f"decode: ids must lie in [0, {len(symbols)}) (the vocabulary's size), got "
+                         f"{ids.min()}..{ids.max()}")
+    return (" " if unit == "word" else "").join(symbols[i] for i in ids)
