@@ -24,12 +24,14 @@ ALLOWED = {
     "model": {"validation", "adaptive", "sampling"},  # only inside the package: model.py copied alone runs without them
     "fast": {"model"},  # the model's faster subclasses (model.py names only its hook, SPEEDUP)
     "words": set(),  # the authors' Vocab
-    "text8": {"utils"},  # characters: text8, text8-mini, Corpus, CorpusError
+    "symbols": {"words"},  # text <-> ids over any vocabulary (a text file's characters or words)
+    "text8": {"utils", "symbols"},  # characters: text8, text8-mini, Corpus, CorpusError
     "word_corpora": {"utils", "words", "text8"},  # WikiText in text8's folder, with its download and cache
     "enwik8": {"utils", "words", "text8"},  # bytes, in text8's folder, with its download and cache
+    "text_file": {"symbols", "text8", "words"},  # your own UTF-8 file: chunked reading, its vocabulary, the cache
     "batching": set(),  # torch and numpy only: the ordered iterator
     # the corpora's front door; generate_text calls model.generate without importing the model
-    "data": {"text8", "word_corpora", "enwik8", "batching", "words"},
+    "data": {"text8", "word_corpora", "enwik8", "text_file", "symbols", "batching", "words"},
     "variants": {"model"},
     "flops": {"model"},
     "safetensors_io": {"utils"},  # the shipped weights' format, without pickle
@@ -41,7 +43,7 @@ ALLOWED = {
     "run_folder": {"model", "utils", "checkpoint", "devices"},  # lock, log.csv, checkpoints, resume, Ctrl-C
     "command_line": {"data", "utils", "devices", "run_folder"},  # train.main's flags
     "train": {"model", "data", "utils", "checkpoint", "evaluate", "validation", "presets", "devices", "run_folder",
-              "command_line"},
+              "command_line", "batching", "text_file"},
     "pretrained": {"model", "data", "utils", "checkpoint", "evaluate"},
     "doctor": {"utils", "text8", "word_corpora", "enwik8", "checkpoint", "train",  # python -m txl_minimal.doctor
                "safetensors_io"},
