@@ -435,3 +435,15 @@ def test_numpy_floats_in_a_model_config_become_python_floats():
     assert TrainConfig(lr=np.float32(0.25)).lr == 0.25
     with pytest.raises(ValueError, match="TXLConfig.dropout must be a number in \\[0, 1\\]"):
         TXLConfig(dropout=np.float32(1.5))
+
+
+@pytest.mark.parametrize("bad, said", [
+    ("the cat", "text must be token ids, not text.*Fix: encode it, txl_minimal.encode\\(text\\)$"),
+    ({1, 2, 3}, "a set has no order"), ((i for i in range(30)), "got a generator"),
+    (torch.arange(30, device="meta"), "token ids on the meta device hold no values"),
+])
+def test_evaluations_given_another_kind_of_text(tiny_model, bad, said):
+    for call in (lambda: evaluate(tiny_model(), bad), lambda: sliding_window_eval(tiny_model(), bad, 4)):
+        with pytest.raises(ValueError, match=said):  # was "got shape ()" or torch's "Cannot copy out of meta"
+            call()
+    assert evaluate(tiny_model(), list(range(27)))["tokens"] == 26  # a list of ids is read

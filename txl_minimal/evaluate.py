@@ -158,6 +158,8 @@ def out_of_memory_said(model: TransformerXL, batch: int, qlen: int, mem_len: int
 
 def _scored_ids(data, limit: Optional[int], caller: str) -> tuple[torch.Tensor, int]:
     """The token ids of the first ``limit`` predictions (limit + 1 tokens) and their count."""
+    if not isinstance(data, (torch.Tensor, np.ndarray)):  # text, a set, a generator: said (a list: a tensor)
+        data = validation.token_tensor(data, f"{caller}'s text", rows=False)
     ndim = data.dim() if isinstance(data, torch.Tensor) else np.ndim(data)
     if ndim != 1:  # a (1, N) batch would be read as one "token", a (2, N) one fail inside a view
         shape = tuple(data.shape) if hasattr(data, "shape") else np.shape(data)

@@ -94,15 +94,16 @@ def check_clusters(cfg) -> None:
                          f"and {len(cutoffs)} tail clusters of cutoffs {list(cutoffs)}), got {tie!r}")
 
 
-def token_tensor(x, what: str = "tokens", device: Optional[torch.device] = None) -> torch.Tensor:
+def token_tensor(x, what: str = "tokens", device: Optional[torch.device] = None, rows: bool = True) -> torch.Tensor:
     """``x`` as a tensor of token ids: a tensor as it is; a list, tuple or NumPy array (of integers,
     checked by the caller) as a tensor on ``device``; anything else a ``ValueError`` saying what it is
-    and what to pass instead (a set has no order, a generator is used up by reading it, text needs encoding)."""
+    and what to pass instead (a set has no order, a generator is used up by reading it, text needs
+    encoding: with ``rows``, as one row of a batch)."""
     if isinstance(x, torch.Tensor):
         return x
     if isinstance(x, (str, bytes)):
         raise ValueError(f"{what} must be token ids, not text (got {x[:30]!r}). Fix: encode it, "
-                         "txl_minimal.encode(text) (one sequence as one row: encode(text)[None])")
+                         "txl_minimal.encode(text)" + (" (one sequence as one row: encode(text)[None])" * rows))
     if isinstance(x, (set, frozenset, dict)) or not isinstance(x, (list, tuple)) and not hasattr(x, "__array__"):
         kind = type(x).__name__
         why = {"set": "a set has no order", "frozenset": "a set has no order", "dict": "a dict is not a sequence"}
