@@ -415,7 +415,7 @@ def update_manifest(path: str | Path) -> None:
     """Record a (re)written shipped file's size and SHA-256 in the manifest beside it."""
     path = Path(path)
     manifest_path = path.parent / MANIFEST
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    manifest = read_json(manifest_path, shipped_fix(manifest_path)) if manifest_path.exists() else {}
     manifest[path.name] = dict(bytes=path.stat().st_size, sha256=file_sha256(path))
     text = json.dumps(dict(sorted(manifest.items())), indent=1) + "\n"
     atomic_write(manifest_path, lambda f: f.write(text.encode()))
