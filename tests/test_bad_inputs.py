@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
 from txl_minimal.checkpoint import load_checkpoint, save, save_checkpoint
-from txl_minimal.evaluate import evaluate, main as evaluate_main, sliding_window_eval
+from txl_minimal.evaluate import evaluate, main as evaluate_main, read_segments, sliding_window_eval
+from txl_minimal.model import TransformerXL, TXLConfig
 from txl_minimal.train import TrainConfig, main as train_main, train
 
 from tiny import TINY_SET, cli_error, synthetic_corpus, tiny_cfg, tiny_train_cfg
@@ -217,3 +220,230 @@ def test_float_ids_are_refused_and_generate_restores_the_mode(tiny_model):
     with pytest.raises(ValueError, match=r"token ids must be in \[0, 26\]"):
         model.generate(torch.tensor([3, 30]), 3)  # raises inside generate's read of the prompt
     assert model.training and model.cfg.tgt_len == 6
+
+
+# 7. lengths a model would ignore (issue 41) -----------------------------------------------------
+
+@pytest.mark.parametrize("attn_type", ["abs", "abs_far", "shaw"])
+def test_clamp_len_is_refused_where_the_attention_has_no_sinusoid_distances(tiny_model, attn_type):
+    model = tiny_model(attn_type=attn_type)
+    ids = torch.randint(0, 27, (30,))
+    calls = {"set_lengths": lambda: model.set_lengths(clamp_len=5),
+             "lengths": lambda: model.lengths(clamp_len=5).__enter__(),
+             "read_segments": lambda: list(read_segments(model, ids[None], clamp_len=5)),
+             "evaluate": lambda: evaluate(model, ids, clamp_len=5),
+             "model.cfg": lambda: setattr(model.cfg, "clamp_len", 5)}
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match=f"clamp_len=5 has no effect on attn_type '{attn_type}'.*Fix"):
+            call()
+        assert model.cfg.clamp_len == 0 and not model.training, name
+    assert evaluate(model, ids, clamp_len=0)["bpc"] > 0  # "no clamp" is what it does: accepted
+    rel = tiny_model()
+    assert evaluate(rel, ids, clamp_len=2)["bpc"] != evaluate(rel, ids)["bpc"]  # where it matters it is used
+
+
+def test_same_length_is_refused_without_memory(tiny_model):
+    model = tiny_model(mem_len=0)
+    ids = torch.randint(0, 27, (30,))
+    for call in (lambda: model.set_lengths(same_length=True), lambda: evaluate(model, ids, same_length=True),
+                 lambda: evaluate(tiny_model(), ids, mem_len=0, same_length=True)):
+        with pytest.raises(ValueError, match="same_length=True has no effect at mem_len 0.*Fix"):
+            call()
+    assert evaluate(model, ids, mem_len=4, same_length=True)["settings"]["same_length"] is True  # with memory: used
+
+
+def test_the_evaluate_cli_refuses_a_length_the_model_ignores_and_notes_its_own(tmp_path, capsys, tiny_config):
+    from txl_minimal.model import TransformerXL
+    argv = ["--corpus", "text8-mini", "--max-predictions", "30", "--no-progress"]
+    err = cli_error(evaluate_main, ["vanilla-tiny", "--clamp-len", "5", *argv], capsys)
+    assert "clamp_len=5 has no effect on attn_type 'abs'" in err and "Traceback" not in err
+    err = cli_error(evaluate_main, ["vanilla-tiny", "--same-length", *argv], capsys)
+    assert "same_length=True has no effect at mem_len 0" in err
+    save(TransformerXL(tiny_config(attn_type="abs", clamp_len=5)), tmp_path / "old.pt")  # built so, before the checks
+    evaluate_main([str(tmp_path / "old.pt"), *argv])
+    assert "clamp_len=5 (no effect on attn_type 'abs')" in capsys.readouterr().out
+
+
+def test_training_refuses_eval_lengths_the_model_ignores_before_writing(tmp_path, capsys):
+    err = cli_error(train_main, ["--preset", "paper-base", "--out", str(tmp_path / "run"), "--no-progress",
+                                 "--max-steps", "1", "--batch-size", "2", "--set", *TINY_SET, "n_layer=1",
+                                 "tgt_len=8", "attn_type=abs", "mem_len=0", "corpus=text8-mini"], capsys)
+    assert "TrainConfig.eval_clamp_len=820 has no effect on attn_type 'abs'" in err  # was refused mid-run
+    with pytest.raises(ValueError, match="TXLConfig.clamp_len=3 has no effect on attn_type 'shaw'"):
+        train(tiny_cfg(attn_type="shaw", clamp_len=3), tiny_train_cfg(tmp_path / "run"), synthetic_corpus("ab "),
+              progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+# 8. a built model's config changed directly --------------------------------------------------------
+
+def test_a_model_cfg_length_set_directly_is_checked_then_used(tiny_model):
+    model = tiny_model()
+    x = torch.randint(0, 27, (1, 61))
+    with pytest.raises(ValueError, match="TXLConfig.mem_len must be an integer >= 0, got -3"):
+        model.cfg.mem_len = -3  # the memory used to grow 61 -> 122 -> 183 tokens
+    assert model.cfg.mem_len == 6
+    mems = None
+    for _ in range(3):
+        mems = model(x, mems).mems
+    assert mems[0].shape[1] == 6
+    model.cfg.mem_len = 10  # a valid length works as set_lengths(mem_len=10) does
+    assert model(x, mems).mems[0].shape[1] == 10
+    for field, value in (("n_layer", 3), ("d_model", 32), ("dropout", 0.3), ("attn_type", "abs")):
+        with pytest.raises(ValueError, match=f"model.cfg.{field} is fixed once the model is built.*Fix"):
+            setattr(model.cfg, field, value)
+    cfg = tiny_cfg()
+    cfg.n_layer, cfg.mem_len = 1, -3  # a plain config is checked by the model built from it
+    with pytest.raises(ValueError, match="mem_len must be an integer >= 0"):
+        TransformerXL(cfg)
+
+
+# 9. lengths and counts at 0, negative and huge --------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, said", [
+    (dict(first_len=-5), "read_segments: first_len must be a positive integer, got -5"),  # was "invalid storage offset"
+    (dict(first_len=0), "read_segments: first_len must be a positive integer, got 0"),  # was silently tgt_len
+    (dict(first_len=2.5), "first_len must be a positive integer, got 2.5"),
+    (dict(attn_last=-1), "read_segments: attn_last must be an integer >= 0, got -1"),
+    (dict(tgt_len=0), "tgt_len must be an integer >= 1, got 0"),
+    (dict(mem_len=-1), "mem_len must be an integer >= 0, got -1"),
+    (dict(clamp_len=-1), "clamp_len must be an integer >= 0, got -1"),
+])
+def test_read_segments_counts(tiny_model, kwargs, said):
+    with pytest.raises(ValueError, match=re.escape(said)):
+        list(read_segments(tiny_model(), torch.randint(0, 27, (1, 30)), **kwargs))
+
+
+@pytest.mark.parametrize("kwargs, said", [
+    (dict(mem_len=-1), "evaluate: mem_len must be an integer >= 0, got -1"),
+    (dict(clamp_len=-2), "evaluate: clamp_len must be an integer >= 0, got -2"),
+    (dict(tgt_len=-1), "evaluate: tgt_len must be a positive integer, got -1"),
+    (dict(batch_size=0), "evaluate: batch_size must be a positive integer, got 0"),
+])
+def test_evaluate_counts_zero_or_negative(tiny_model, kwargs, said):
+    with pytest.raises(ValueError, match=re.escape(said)):
+        evaluate(tiny_model(), torch.randint(0, 27, (30,)), **kwargs)
+
+
+def test_huge_lengths_and_batches_are_capped_and_said(tiny_model, capsys):
+    model = tiny_model()
+    ids = torch.randint(0, 27, (41,))
+    plain = evaluate(model, ids, tgt_len=40, mem_len=40)
+    huge = evaluate(model, ids, tgt_len=10 ** 6, mem_len=10 ** 9, max_tokens=10 ** 12)
+    assert huge["bpc"] == pytest.approx(plain["bpc"], rel=1e-12) and huge["tokens"] == 40
+    assert (huge["settings"]["tgt_len"], huge["settings"]["mem_len"]) == (40, 40)
+    assert huge["capped"] == {"tgt_len": (10 ** 6, "a column holds 40 tokens"),
+                              "mem_len": (10 ** 9, "a column holds 40 tokens")}
+    wide = evaluate(model, ids, batch_size=10 ** 8)
+    assert wide["settings"]["batch_size"] == 40 and wide["capped"]["batch_size"][0] == 10 ** 8  # was printed as asked
+    assert evaluate(model, ids)["capped"] == {}  # the model's own lengths fit: nothing said
+    window = sliding_window_eval(model, ids, 10 ** 6, batch_size=10 ** 9)
+    assert window["settings"]["context"] == 40 and window["capped"]["context"][0] == 10 ** 6
+    assert window["bpc"] == pytest.approx(plain["bpc"], rel=1e-9)
+    argv = ["vanilla-tiny", "--tgt-len", "1000000", "--batch-size", "100000000", "--max-predictions", "50",
+            "--no-progress"]
+    evaluate_main(argv)
+    out = capsys.readouterr().out
+    assert "tgt_len=1 (capped from 1,000,000: a column holds 1 token)" in out
+    assert "batch_size=50 (capped from 100,000,000: one column per prediction at most, and there are 50)" in out
+
+
+def _allocation_fails(*args, **kwargs):
+    raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: "
+                       "you tried to allocate 23437500000 bytes. Error code 12 (Cannot allocate memory)")
+
+
+def test_an_allocation_failure_names_the_length_to_lower(tiny_model, monkeypatch):
+    model = tiny_model()
+    ids = torch.randint(0, 27, (80,))
+    monkeypatch.setattr(model, "segment", _allocation_fails)  # no 23 GB allocated: the failure it gives
+    monkeypatch.setattr(model, "forward", _allocation_fails)
+    for caller, call in (("evaluate", lambda: evaluate(model, ids, tgt_len=50)),
+                         ("read_segments", lambda: list(read_segments(model, ids[None], tgt_len=50))),
+                         ("sliding_window_eval", lambda: sliding_window_eval(model, ids, 50))):
+        with pytest.raises(ValueError, match=f"{caller}.*tgt_len=50.*GB.*the allocation failed. Fix: a smaller "
+                                             "tgt_len \\(this model's own is 6\\)") as e:
+            call()
+        assert e.value.__cause__ is None and e.value.__suppress_context__  # torch's traceback not chained on
+    monkeypatch.setattr(model, "segment", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("another bug")))
+    with pytest.raises(RuntimeError, match="another bug"):  # only an allocation failure is reworded
+        evaluate(model, ids)
+
+
+def test_a_segment_larger_than_the_machine_is_refused_before_it_runs(tiny_model, monkeypatch):
+    from txl_minimal import evaluate as evaluate_py
+    model = tiny_model()
+    monkeypatch.setattr(evaluate_py, "device_memory", lambda device: 10_000)  # bytes; 40 x 40 x 2 heads: 12,800
+    with monkeypatch.context() as patch:
+        patch.setattr(model, "segment", lambda *a, **k: pytest.fail("ran the segment"))
+        with pytest.raises(ValueError, match=r"evaluate: segments of tgt_len=40 with mem_len=6 in 1 column\(s\) need "
+                                             r"0.0 GB .*this machine has 0.0 GB in all. Fix: a smaller tgt_len"):
+            evaluate(model, torch.randint(0, 27, (41,)), tgt_len=40)
+    assert evaluate(model, torch.randint(0, 27, (41,)), tgt_len=4, mem_len=0)["tokens"] == 40  # 4 x 4 x 2 heads fits
+
+
+# 10. token ids as lists, arrays, other dtypes and devices ----------------------------------------------
+
+def test_token_ids_in_a_list_tuple_or_array_are_read_as_a_tensor(tiny_model):
+    model = tiny_model()
+    ids = [[1, 2, 3, 4]]
+    want = model(torch.tensor(ids), targets=torch.tensor(ids))
+    for form in (ids, tuple(map(tuple, ids)), np.array(ids), torch.tensor(ids, dtype=torch.int8)):
+        got = model(form, targets=form)  # was AttributeError: 'list' object has no attribute 'dim'
+        assert torch.equal(got.logits, want.logits) and torch.equal(got.nll, want.nll)
+    assert [s for s, _ in read_segments(model, ids)] == [0]
+    assert model.generate(np.array([1, 2]), 2).shape == (4,)
+
+
+@pytest.mark.parametrize("bad, said", [
+    ("abc", "tokens must be token ids, not text.*Fix: encode it"),
+    ({1, 2, 3}, "got a set \\(a set has no order\\)"),
+    ((i for i in range(3)), "got a generator.*torch.tensor\\(list\\(ids\\)\\)"),
+    ([[1, 2], [3]], "rows of one length"),
+    ([[0.5, 1.0]], "integer tensor of shape \\(batch, seq\\); got \\(1, 2\\) torch.float32"),
+    (torch.tensor([[1, 2]], device="meta"), "tokens are on the meta device, which holds shapes but no values"),
+    (torch.tensor([[1, 2]], dtype=torch.uint32), "got \\(1, 2\\) torch.uint32. Fix: .long\\(\\)"),
+])
+def test_token_ids_of_another_kind_get_a_sentence(tiny_model, bad, said):
+    model = tiny_model()
+    with pytest.raises(ValueError, match=said):
+        model(bad)
+
+
+@pytest.mark.parametrize("bad, said", [
+    ("abc", "read_segments' tokens must be token ids, not text"), ({1, 2}, "a set has no order"),
+    ((i for i in range(3)), "got a generator"), (torch.tensor([[1, 2]], device="meta"), "meta device"),
+])
+def test_read_segments_given_another_kind_of_ids(tiny_model, bad, said):
+    with pytest.raises(ValueError, match=said):
+        list(read_segments(tiny_model(), bad))
+
+
+@pytest.mark.parametrize("bad, said", [
+    ([], r"prompt is empty \(shape \(0,\)\).*Fix"), ({1, 2}, "got a set"), ((i for i in range(2)), "a generator"),
+    (["a"], "integer token ids"), (torch.tensor([1], device="meta"), "meta device"),
+])
+def test_generate_given_another_kind_of_prompt(tiny_model, bad, said):
+    with pytest.raises(ValueError, match=said):
+        tiny_model().generate(bad, 2)
+
+
+def test_numpy_floats_in_a_model_config_become_python_floats():
+    cfg = TXLConfig(dropout=np.float32(0.25), span_init=np.float64(0.5), dropatt=np.float16(0.5))
+    assert (cfg.dropout, cfg.span_init, cfg.dropatt) == (0.25, 0.5, 0.5)
+    assert all(type(v) is float for v in (cfg.dropout, cfg.span_init, cfg.dropatt))  # as TrainConfig stores them
+    assert TrainConfig(lr=np.float32(0.25)).lr == 0.25
+    with pytest.raises(ValueError, match="TXLConfig.dropout must be a number in \\[0, 1\\]"):
+        TXLConfig(dropout=np.float32(1.5))
+
+
+@pytest.mark.parametrize("bad, said", [
+    ("the cat", "text must be token ids, not text.*Fix: encode it, txl_minimal.encode\\(text\\)$"),
+    ({1, 2, 3}, "a set has no order"), ((i for i in range(30)), "got a generator"),
+    (torch.arange(30, device="meta"), "token ids on the meta device hold no values"),
+])
+def test_evaluations_given_another_kind_of_text(tiny_model, bad, said):
+    for call in (lambda: evaluate(tiny_model(), bad), lambda: sliding_window_eval(tiny_model(), bad, 4)):
+        with pytest.raises(ValueError, match=said):  # was "got shape ()" or torch's "Cannot copy out of meta"
+            call()
+    assert evaluate(tiny_model(), list(range(27)))["tokens"] == 26  # a list of ids is read

@@ -3,6 +3,7 @@ line of advice, and exits 1 exactly when a notebook cannot run until it is fixed
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -279,3 +280,43 @@ def test_the_command_line():
     assert "Traceback" not in done.stderr and done.stdout.startswith("txl_minimal doctor")
     assert done.returncode == (1 if "NEEDED" in done.stdout else 0)
     assert "amp=auto      not measured (--quick)" in done.stdout
+
+
+# -- issue 41: a data folder that is a file, a manifest whose entry is the damaged part -------------------
+
+@pytest.mark.parametrize("inside", [False, True], ids=["the file", "a folder inside it"])
+def test_a_data_folder_that_is_a_file_is_named(run, tmp_path, monkeypatch, inside):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    monkeypatch.setenv("TXL_DATA_DIR", str(notes / "data" if inside else notes))
+    text, status = run()
+    assert f"{notes} is a file, not a folder" in text and "problems: 0" not in text
+    assert f"GiB free at {notes}" not in text  # was "70 GiB free at <the file>"
+    assert "advice data folder: set TXL_DATA_DIR to a folder you can write" in text
+    assert notes.read_text() == "my notes" and status == 0  # the notebooks run on text8-mini all the same
+
+
+def test_a_runs_folder_that_cannot_be_written_is_named(run, tmp_path, monkeypatch):
+    (tmp_path / "here").mkdir()
+    (tmp_path / "here" / "runs").write_text("not a folder")
+    monkeypatch.chdir(tmp_path / "here")
+    text, _ = run()
+    assert f"disk, runs    {tmp_path / 'here' / 'runs'}: {tmp_path / 'here' / 'runs'} is a file, not a folder" in text
+    assert "advice disk, runs: train with --out naming a folder you can write" in text
+
+
+@pytest.mark.parametrize("edit, said", [
+    (lambda e: e.update(byte=e.pop("bytes")), "its entry for txl-tiny.safetensors is"),  # a key renamed
+    (lambda e: e.update(bytes=str(e["bytes"])), '"bytes": "3447404"'),  # a number as a string
+    (lambda e: e.update(bytes=e["bytes"] + 10), '"bytes": 3,447,414, but txl-tiny.safetensors has 3,447,404'),
+    (lambda e: e.update(sha256=e["sha256"][:9] + "0123456789abcdef"[("0123456789abcdef".index(e["sha256"][9]) + 1)
+                                                                        % 16] + e["sha256"][10:]), "in only 1 of"),
+], ids=["key renamed", "number as text", "size digit", "sha256 digit"])
+def test_a_damaged_manifest_entry_is_blamed_not_the_file(run, shipped_copy, edit, said):
+    manifest = json.loads((shipped_copy / MANIFEST).read_text())
+    edit(manifest["txl-tiny.safetensors"])
+    (shipped_copy / MANIFEST).write_text(json.dumps(manifest))
+    text, status = run()  # used to crash: KeyError 'bytes', TypeError
+    assert status == 1 and said in text
+    assert f"txl-tiny.safetensors: {MANIFEST} is damaged" in text and "NEEDED pretrained: " in text
+    assert "txl-tiny.safetensors: truncated" not in text and "wrong content" not in text  # the file is intact

@@ -328,3 +328,62 @@ def test_lr_prediction_is_section_2s_schedule():
     w, s, steps = (exercises.LR_PREDICTION[k] for k in ("warmup_steps", "max_steps", "steps"))
     cfg = TrainConfig(lr=1.0, warmup_steps=w, max_steps=s, min_lr=0.0)
     assert np.allclose(solutions.LR_PREDICTION, [lr_at(k, cfg) for k in steps])
+
+
+# -- issue 41: every checker takes a right answer in any form, and says in words what a wrong one is --------
+
+ALL_PREDICTIONS = PREDICTIONS + [(c, a()) for c, a in CHECKS if c.__name__ in VALUE_PREDICTIONS]
+TORCH_WORDS = ("Can't call numpy()", "can't convert np.ndarray", "Cannot copy out of meta", "numpy.object_",
+               "NotImplementedError", "Could not infer dtype")
+
+
+@pytest.mark.parametrize("check,right", ALL_PREDICTIONS, ids=lambda f: getattr(f, "__name__", "value"))
+def test_a_prediction_with_a_gradient_or_as_a_function_passes(check, right, capsys):
+    with_grad = torch.tensor(right, dtype=torch.float64, requires_grad=True)  # e.g. computed from a model
+    assert check(with_grad) is True  # was "Can't call numpy() on Tensor that requires grad"
+    assert check([torch.tensor(v, requires_grad=True) for v in np.ravel(right)] if np.ndim(right) == 1 else with_grad)
+    assert check(lambda: right) is True  # as every checker takes a function (the number ones refused one)
+    assert check(lambda: None) is None and check(lambda: 1 / 0) is False
+    assert "raised ZeroDivisionError" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("check,right", ALL_PREDICTIONS, ids=lambda f: getattr(f, "__name__", "value"))
+def test_a_prediction_of_another_kind_is_told_in_words(check, right, capsys):
+    kinds = {"meta": torch.tensor(right, device="meta"), "set": set(np.ravel(right).tolist()),
+             "generator": (v for v in np.ravel(right).tolist()), "text": "a lot"}
+    said = {"meta": "meta device, which has a shape but no values", "set": "has no order",
+            "generator": "used up once read", "text": "a lot"}
+    for kind, answer in kinds.items():
+        assert check(answer) is False, kind
+        out = capsys.readouterr().out
+        assert "not yet" in out and said[kind] in out and not any(w in out for w in TORCH_WORDS), (kind, out)
+
+
+def test_an_int8_prediction_passes(capsys):
+    assert exercises.check_rel_shift_prediction(torch.tensor(solutions.rel_shift_prediction(), dtype=torch.int8))
+    assert exercises.check_lr_prediction(torch.tensor(solutions.LR_PREDICTION, dtype=torch.float16)) is True
+
+
+def test_the_number_prediction_messages_read_well(capsys):
+    assert exercises.check_lr_prediction("fast") is False
+    assert "write a list of 3 numbers, got 'fast'" in capsys.readouterr().out  # was "write a numbers"
+    assert exercises.check_uniform_distance([1, 2]) is False
+    assert "2 value(s), expected 1" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("check,answer", [(exercises.check_mask, solutions.mask),
+                                          (exercises.check_span_mask, solutions.span_mask)],
+                         ids=lambda f: getattr(f, "__name__", ""))
+def test_a_function_checker_reads_results_with_a_gradient_int8_or_on_meta(check, answer, capsys):
+    if check is exercises.check_span_mask:  # a float result that still carries its graph
+        assert check(lambda *a: answer(*a).requires_grad_()) is True
+    else:  # an int8 result: the dtype is named, in words
+        assert check(lambda *a: answer(*a).to(torch.int8)) is False
+        assert "dtype torch.int8, expected torch.bool" in capsys.readouterr().out
+    assert check(lambda *a: answer(*a).to("meta")) is False
+    out = capsys.readouterr().out
+    assert "meta device, which has a shape but no values" in out and not any(w in out for w in TORCH_WORDS)
+    for wrong in ({1, 2}, (i for i in range(2)), "abc"):
+        assert check(lambda *a, wrong=wrong: wrong) is False
+        out = capsys.readouterr().out
+        assert "not yet" in out and not any(w in out for w in TORCH_WORDS), out

@@ -350,3 +350,85 @@ def test_recall_model(tmp_path, how):
     with pytest.raises(ValueError, match=f"{re.escape(str(path))} is damaged.*{expected}.*Fix: git checkout"):
         load_recall_model(path)
     assert load_recall_model(ROOT / "results" / "long_range" / "lstm.safetensors").training is False
+
+
+# -- issue 41: which of a file and its manifest entry is damaged; files that are not what they seem ------
+
+def _edit_entry(folder: Path, name: str, edit) -> None:
+    manifest = json.loads((folder / MANIFEST).read_text())
+    edit(manifest[name])
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+
+
+def _one_digit_off(sha: str) -> str:
+    return sha[:9] + ("0" if sha[9] != "0" else "1") + sha[10:]
+
+
+ENTRY_EDITS = {"key renamed": lambda e: e.update(byte=e.pop("bytes")), "number as text":
+               lambda e: e.update(bytes=str(e["bytes"])), "size digit": lambda e: e.update(bytes=e["bytes"] + 10),
+               "sha256 digit": lambda e: e.update(sha256=_one_digit_off(e["sha256"]))}
+
+
+@pytest.mark.parametrize("how", ENTRY_EDITS)
+def test_a_damaged_manifest_entry_names_the_manifest_not_the_weights(shipped_copy, how):
+    _edit_entry(shipped_copy, "txl-tiny.safetensors", ENTRY_EDITS[how])
+    with pytest.raises(ValueError, match=f"{re.escape(str(shipped_copy / MANIFEST))} is damaged.*Fix") as err:
+        pretrained.load_pretrained("txl-tiny")  # was KeyError: 'bytes', a TypeError, or the weights blamed
+    assert "txl-tiny.safetensors is damaged" not in str(err.value)
+
+
+def test_the_weights_are_still_blamed_when_they_are_the_damaged_ones(shipped_copy):
+    path = shipped_copy / "txl-tiny.safetensors"
+    raw = bytearray(path.read_bytes())
+    raw[-5] ^= 1  # one bit of a weight: the same size, a wholly different SHA-256
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match=f"{re.escape(str(path))} is damaged \\(wrong content"):
+        pretrained.load_pretrained("txl-tiny")
+
+
+@pytest.mark.parametrize("how", ENTRY_EDITS)
+def test_a_damaged_corpus_manifest_entry_is_a_corpus_error_naming_it(tmp_path, how):
+    shutil.copy(data.MINI_PATH, tmp_path / data.MINI_PATH.name)
+    shutil.copy(data.MINI_PATH.with_name(MANIFEST), tmp_path / MANIFEST)
+    _edit_entry(tmp_path, data.MINI_PATH.name, ENTRY_EDITS[how])
+    with pytest.raises(CorpusError, match=f"{re.escape(str(tmp_path / MANIFEST))} is damaged"):
+        load_text8_mini(tmp_path / data.MINI_PATH.name)
+
+
+@pytest.mark.parametrize("where", ["TXL_DATA_DIR", "data_dir"])
+def test_a_data_folder_that_is_a_file_says_so(tmp_path, monkeypatch, where):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    monkeypatch.delenv("TXL_CORPUS", raising=False)
+    if where == "TXL_DATA_DIR":
+        monkeypatch.setenv("TXL_DATA_DIR", str(notes))
+    kwargs = {"data_dir": notes} if where == "data_dir" else {}
+    for name in ("text8", "wt2"):
+        with pytest.raises(CorpusError, match=f"{where}=.*notes.txt.* is a file, not a folder.*Fix: .*{where}") as e:
+            data.load_corpus(name, **kwargs)
+        assert "File exists" not in str(e.value)
+    assert notes.read_text() == "mine"
+
+
+def test_a_pickled_whole_model_is_named_with_how_to_save(tmp_path, capsys, tiny_model):
+    torch.save(tiny_model(dtype=torch.float32), tmp_path / "whole.pt")
+    with pytest.raises(ValueError, match=r"whole.pt holds a whole pickled model \(torch.save\(model\).*Fix: save the "
+                                         r"model with txl_minimal.save\(model, path\)") as e:
+        checkpoint.load(tmp_path / "whole.pt")
+    assert "corrupt" not in str(e.value)
+    err = cli_error(evaluate_main, [str(tmp_path / "whole.pt"), "--no-progress"], capsys)
+    assert "holds a whole pickled model" in err and "Traceback" not in err
+
+
+def test_saving_onto_a_folder_and_loading_a_run_as_pretrained(tmp_path, run_dir, tiny_model):
+    from txl_minimal.utils import WriteError
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    with pytest.raises(WriteError, match=f"cannot write {re.escape(str(folder))}: it is a folder. Fix: name a "
+                                         f"file, e.g. {re.escape(str(folder / 'model.pt'))}"):
+        checkpoint.save(tiny_model(), folder)  # was IsADirectoryError naming a temporary file
+    assert [p.name for p in tmp_path.iterdir()] == ["mine"] and not any(folder.iterdir())  # nothing left behind
+    with pytest.raises(ValueError, match=r"unknown pretrained model .*Fix: .*txl_minimal.load\(path\)"):
+        pretrained.load_pretrained(str(run_dir))
+    assert checkpoint.load(run_dir).cfg.d_model == 16  # what the message points at works
+

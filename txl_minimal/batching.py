@@ -29,6 +29,8 @@ def as_ids(data, limit: int | None = None) -> torch.Tensor:
         return torch.from_numpy(data.astype(np.int64))  # astype copies
     if data.is_floating_point() or data.is_complex() or data.dtype == torch.bool:
         raise ValueError(f"token ids must be integers, got {data.dtype}. Encode text with encode().")
+    if data.is_meta:
+        raise ValueError("token ids on the meta device hold no values (only a shape). Fix: make them on the CPU")
     return data.detach().to("cpu", torch.long, copy=True)
 
 

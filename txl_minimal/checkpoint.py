@@ -26,6 +26,7 @@ import hashlib
 import io
 import json
 import random
+import re
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -202,6 +203,7 @@ def load_checkpoint(path: str | Path, model_cfg: Optional[TXLConfig] = None,
         raise
     except Exception as e:  # damaged bytes fail anywhere in the unpickler (EOFError, UnpicklingError,
         # UnicodeDecodeError, IndexError, KeyError, ...); torch's words point at its internals
+        _refuse_pickled_model(Path(path), e)
         problem = (f"{Path(path).stat().st_size:,} bytes; {'safetensors' if safetensors else 'torch.load'}: "
                    f"{type(e).__name__} {str(e).split('. ')[0]}".rstrip())
     else:
@@ -214,6 +216,19 @@ def load_checkpoint(path: str | Path, model_cfg: Optional[TXLConfig] = None,
 
 
 LOG_HEADER = b"step,tokens,wall_time_s,"  # how a run's log.csv begins (run_folder.CSV_COLUMNS)
+
+
+def _refuse_pickled_model(path: Path, e: Exception) -> None:
+    """ValueError if torch.load refused ``path`` for naming a module class: a whole model saved with
+    ``torch.save(model)``, not a damaged checkpoint (unpickling a class can run any code, so it is not loaded)."""
+    found = re.search(r"(?:GLOBAL|class) ((?:txl_minimal|torch\.nn)\.[\w.]+)", str(e))
+    if found is None:
+        return
+    raise ValueError(f"{path} holds a whole pickled model (torch.save(model): it refers to {found[1]}), not a "
+                     "checkpoint: unpickling classes can run code from the file, so it is not loaded here. Fix: save "
+                     "the model with txl_minimal.save(model, path) (its config and weights), in the session that "
+                     "has it; if you trust this file, model = torch.load(path, weights_only=False), then "
+                     "txl_minimal.save(model, 'model.pt')") from None
 
 
 def _refuse_text(path: Path) -> None:

@@ -57,6 +57,10 @@ def generate_text(model: torch.nn.Module, prompt: str, n_new: int, **kwargs) -> 
     adds ``n_new`` words, joined by spaces; an enwik8 model (``unit == "byte"``) reads the prompt's
     UTF-8 bytes and writes bytes read as UTF-8.
     ``kwargs`` go to ``model.generate`` (temperature, top_k, generator)."""
+    if isinstance(prompt, str) and not prompt.strip() and (prompt == "" or getattr(model, "unit", None) == "word"):
+        raise ValueError("generate_text got an empty prompt: the model continues a text, so it needs at least "
+                         "one character (a word model: one word) to start from. Fix: e.g. "
+                         "generate_text(model, 'the ', n_new)")
     if not isinstance(prompt, str):
         raise ValueError(f"generate_text takes a string prompt, got {type(prompt).__name__}. "
                          "Fix: for token ids call model.generate(ids, n_new)")

@@ -38,7 +38,7 @@ from txl_minimal.enwik8 import ENWIK8
 from txl_minimal.safetensors_io import SafetensorsError, load_file
 from txl_minimal.text8 import MINI_PATH, TEXT8, CorpusError, _check_text, _read_cache, _unzip_and_check, text8_dir
 from txl_minimal.train import choose_precision, preset
-from txl_minimal.utils import MANIFEST, default_device, read_json, shipped_file_problem
+from txl_minimal.utils import MANIFEST, default_device, folder_problem, read_json, shipped_file_problem
 from txl_minimal.word_corpora import WIKITEXT, _read_word_cache
 
 ROOT = Path(__file__).resolve().parents[1]  # the clone, when this is one (it has notebooks/)
@@ -249,9 +249,14 @@ def _placed_state(d: Path, name: str, src, check_text: Callable, unzip_and_check
 def check_data() -> list[Finding]:
     """text8, enwik8 and WikiText in text8_dir(): absent, present and verified, or damaged (and what to do)."""
     d = text8_dir()
+    problem = folder_problem(d)
+    where = Finding("data folder", f"{d} (TXL_DATA_DIR sets it)" + (f": {problem}" if problem else ""),
+                    None if problem is None else "set TXL_DATA_DIR to a folder you can write (it is made if missing), "
+                    "or unset it: text8 and WikiText are downloaded and cached there")
+    if problem is not None and not d.is_dir():  # nothing to look for inside a file
+        return [where]
     state, advice = text8_state(d)
-    found = [Finding("data folder", f"{d} (TXL_DATA_DIR sets it)"), Finding("text8", state, advice),
-             Finding("enwik8", *enwik8_state(d))]
+    found = [where, Finding("text8", state, advice), Finding("enwik8", *enwik8_state(d))]
     for name, src in WIKITEXT.items():
         words = [d / f"{name}.{s}.npy" for s in ("train", "valid", "test")]
         if all(p.exists() for p in words) and (d / f"{name}.vocab.txt").exists():
@@ -283,8 +288,7 @@ def check_shipped() -> list[Finding]:
             found.append(Finding(folder.name, f"{MANIFEST} unreadable ({str(e).split('. ')[0]})",
                                  _reinstall(folder / MANIFEST), needed=True))
             continue
-        problems = {name: shipped_file_problem(folder / name) if (folder / name).exists() else "missing"
-                    for name in sorted(manifest)}
+        problems = {name: _shipped_problem(folder / name) for name in sorted(manifest)}
         bad = [f"{name}: {problem}" for name, problem in problems.items() if problem]
         found.append(Finding(folder.name, f"{len(manifest) - len(bad)} of {len(manifest)} files match {MANIFEST}"
                              + ("" if not bad else "; " + "; ".join(bad)),
@@ -295,6 +299,16 @@ def check_shipped() -> list[Finding]:
         found.append(Finding("notebooks", "not here (an installed package): the notebooks and results/ come "
                                           "with a clone of the repository"))
     return found
+
+
+def _shipped_problem(path: Path) -> Optional[str]:
+    """``shipped_file_problem``, "missing", or where the manifest's entry is the damaged one, that."""
+    if not path.exists():
+        return "missing"
+    try:
+        return shipped_file_problem(path)
+    except ValueError as e:  # utils.ManifestDamaged: the file may well be intact
+        return str(e).split(" Fix:")[0].replace(str(path.parent / MANIFEST), MANIFEST)
 
 
 def check_results() -> Finding:
@@ -336,6 +350,11 @@ def check_disk() -> list[Finding]:
     """Free space where text8 / WikiText go (text8_dir) and where runs go (./runs)."""
     found = []
     for label, where in (("disk, data", text8_dir()), ("disk, runs", Path.cwd() / "runs")):
+        if (problem := folder_problem(where)) is not None:  # no free space to speak of where nothing can be written
+            found.append(Finding(label, f"{where}: {problem}" + (" (see data folder)" if label == "disk, data" else ""),
+                                 None if label == "disk, data" else  # (advised once, under data)
+                                 "train with --out naming a folder you can write (runs go to ./runs/ by default)"))
+            continue
         free = free_space(where)
         found.append(Finding(label, f"{free / 2**30:.1f} GiB free at {where}",
                              f"only {free / 2**30:.2f} GiB free at {where}: text8 and its cache take about "

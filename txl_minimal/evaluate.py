@@ -15,6 +15,7 @@ is written (``python -m txl_minimal.pretrained --update-json NAME`` rewrites NAM
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -53,39 +54,112 @@ def read_segments(model: TransformerXL, tokens: torch.Tensor, targets: Optional[
 
 
 def _read(model: TransformerXL, run, tokens, targets, tgt_len, mem_len, clamp_len, same_length,
-          first_len=None, attn_last=0, terms=False) -> Iterator[tuple[int, TXLOutput]]:
-    """``read_segments``, each segment run by ``run`` (a compiled ``model.segment``; None: itself)."""
-    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
-        shape = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
-        raise ValueError(f"read_segments reads token ids of shape (batch, seq), got {shape}. Fix: one stream "
-                         "as one row, tokens[None] (a tensor: torch.as_tensor(ids)[None])")
-    validation.check_inputs(model, tokens, None, targets)
+          first_len=None, attn_last=0, terms=False, caller: str = "read_segments") -> Iterator[tuple[int, TXLOutput]]:
+    """``read_segments``, each segment run by ``run`` (a compiled ``model.segment``; None: itself);
+    ``caller`` names the function in messages."""
+    device = next(model.parameters()).device
+    tokens = validation.token_tensor(tokens, "read_segments' tokens", device)  # a list of rows: a tensor
+    if tokens.dim() != 2:
+        raise ValueError(f"read_segments reads token ids of shape (batch, seq), got {tuple(tokens.shape)}. Fix: one "
+                         "stream as one row, tokens[None] (a tensor: torch.as_tensor(ids)[None])")
+    first_len, = _check_counts(caller, 1, first_len=first_len)  # 0 would silently mean tgt_len
+    attn_last, = _check_counts(caller, 0, attn_last=attn_last)
+    tokens, targets = validation.check_inputs(model, tokens, None, targets)
+    own = model.cfg.tgt_len
     with model.lengths(tgt_len, mem_len, clamp_len, same_length):
-        L, n = model.cfg.tgt_len, tokens.size(1)
+        L, M, (B, n) = model.cfg.tgt_len, model.cfg.mem_len, tokens.shape
+        check_fits(model, B, max(L, first_len or 0), M, n, caller, own)
         starts = [0] + list(range(first_len or L, n, L))
         mems = None
         for k, (s, e) in enumerate(zip(starts, starts[1:] + [n])):
             keep = k >= len(starts) - attn_last
             y = None if targets is None else targets[:, s:e]
-            if run is None or keep:  # (the compiled segment returns no attention)
-                out = model.segment(tokens[:, s:e], mems, y, return_attn=keep, return_terms=keep and terms)
-            else:
-                out = run(tokens[:, s:e], mems, y)
+            with out_of_memory_said(model, B, e - s, M, caller, own):
+                if run is None or keep:  # (the compiled segment returns no attention)
+                    out = model.segment(tokens[:, s:e], mems, y, return_attn=keep, return_terms=keep and terms)
+                else:
+                    out = run(tokens[:, s:e], mems, y)
             mems = out.mems
             yield s, out
 
 
-def _check_positive(caller: str, **values: Optional[int]) -> list[Optional[int]]:
+def _check_counts(caller: str, low: int, **values) -> list[Optional[int]]:
     """The counts as Python ints (None stays None), in order; ValueError naming the first that is
-    given but not a positive integer (a NumPy integer such as np.int64(16) is one)."""
+    given but not an integer >= ``low`` (a NumPy integer such as np.int64(16) is one)."""
     for name, value in values.items():
-        if value is not None and (as_int(value) is None or as_int(value) < 1):
-            raise ValueError(f"{caller}: {name} must be a positive integer, got {value!r}")
+        if value is not None and (as_int(value) is None or as_int(value) < low):
+            kind = "a positive integer" if low == 1 else f"an integer >= {low}"
+            raise ValueError(f"{caller}: {name} must be {kind}, got {value!r}")
     return [None if v is None else as_int(v) for v in values.values()]
+
+
+def _check_positive(caller: str, **values: Optional[int]) -> list[Optional[int]]:
+    """``_check_counts`` of counts that must be at least 1."""
+    return _check_counts(caller, 1, **values)
+
+
+# -- memory: a segment too large to fit is said before it runs, or when its allocation fails -------------
+
+def _score_bytes(model: TransformerXL, batch: int, qlen: int, klen: int) -> int:
+    """Bytes of one layer's attention scores for a segment: batch x n_head x qlen x klen floats (float32:
+    the softmax is taken in it). The attention makes a few such tensors: a lower bound on its peak."""
+    return batch * model.cfg.n_head * qlen * klen * 4
+
+
+def device_memory(device: torch.device) -> Optional[int]:
+    """Bytes of memory ``device`` has in all (a CPU: the machine's RAM), or None where unknown."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # Windows has no sysconf
+        return None
+
+
+def _too_large(batch: int, qlen: int, mem_len: int, caller: str, own: int, need: int, what: str) -> ValueError:
+    """The sentence for a segment that does not fit: its lengths, the memory it needs, the length to lower
+    (``own``: the model's own tgt_len, named when the segments are longer)."""
+    own = f" (this model's own is {own:,})" if qlen > own else ""
+    return ValueError(f"{caller}: segments of tgt_len={qlen:,} with mem_len={mem_len:,} in {batch:,} column(s) "
+                      f"need {need / 1e9:,.1f} GB for one layer's attention scores alone (batch x n_head x tgt_len "
+                      f"x (mem_len + tgt_len) floats); {what}. Fix: a smaller tgt_len{own} (the cost grows with "
+                      "its square), mem_len or batch_size")
+
+
+def check_fits(model: TransformerXL, batch: int, qlen: int, mem_len: int, n: int, caller: str, own: int) -> None:
+    """ValueError if one segment's attention scores alone exceed all the memory of the model's device:
+    refused before it runs (the kernel would kill the process, saying nothing). ``n``: tokens per column."""
+    qlen = min(qlen, n)
+    need = _score_bytes(model, batch, qlen, min(mem_len + qlen, n))
+    have = device_memory(next(model.parameters()).device)
+    if have is not None and need > have:
+        raise _too_large(batch, qlen, mem_len, caller, own, need, f"this machine has {have / 1e9:,.1f} GB in all")
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    """``e`` is an allocation that failed (torch's CPU allocator, CUDA's, or Python's MemoryError)."""
+    oom = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+    return isinstance(e, (MemoryError, oom)) or isinstance(e, RuntimeError) and any(
+        words in str(e) for words in ("can't allocate memory", "not enough memory", "out of memory"))
+
+
+@contextlib.contextmanager
+def out_of_memory_said(model: TransformerXL, batch: int, qlen: int, mem_len: int, caller: str, own: int):
+    """An allocation failure inside the block becomes ``_too_large``'s sentence (torch's names a byte
+    count inside ``attention_mask`` or a matmul, not the length to lower)."""
+    try:
+        yield
+    except Exception as e:
+        if not is_out_of_memory(e):
+            raise
+        need = _score_bytes(model, batch, qlen, mem_len + qlen)
+        raise _too_large(batch, qlen, mem_len, caller, own, need, "the allocation failed") from None
 
 
 def _scored_ids(data, limit: Optional[int], caller: str) -> tuple[torch.Tensor, int]:
     """The token ids of the first ``limit`` predictions (limit + 1 tokens) and their count."""
+    if not isinstance(data, (torch.Tensor, np.ndarray)):  # text, a set, a generator: said (a list: a tensor)
+        data = validation.token_tensor(data, f"{caller}'s text", rows=False)
     ndim = data.dim() if isinstance(data, torch.Tensor) else np.ndim(data)
     if ndim != 1:  # a (1, N) batch would be read as one "token", a (2, N) one fail inside a view
         shape = tuple(data.shape) if hasattr(data, "shape") else np.shape(data)
@@ -122,9 +196,15 @@ def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[
     the segments compiled by torch.compile in that mode ("default", or "reduce-overhead": with CUDA
     graphs, for a small batch on a GPU, where launching kernels takes longer than running them);
     each length compiles once (the memory's first segments and the last are other lengths).
+
+    "settings" holds the lengths and batch size used; a tgt_len or mem_len longer than a column, or
+    more columns than predictions, is cut to it (the same numbers), and "capped" names each that was,
+    {name: (asked, why)}. A segment whose attention cannot fit the device's memory is a ValueError
+    naming the length to lower.
     """
     batch_size, max_tokens, tgt_len = _check_positive("evaluate", batch_size=batch_size, max_tokens=max_tokens,
                                                       tgt_len=tgt_len)
+    mem_len, clamp_len = _check_counts("evaluate", 0, mem_len=mem_len, clamp_len=clamp_len)
     if compile not in (None, "default", "reduce-overhead"):
         raise ValueError(f"evaluate: compile must be None, 'default' or 'reduce-overhead', got {compile!r}")
     model = unwrap(model)
@@ -135,9 +215,14 @@ def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[
     pad = B * n - n_pred
     x = F.pad(ids[:-1], (0, pad)).view(B, n).to(device)
     y = F.pad(ids[1:], (0, pad)).view(B, n).to(device)
-    L = model.cfg.tgt_len if tgt_len is None else tgt_len
+    asked = dict(tgt_len=model.cfg.tgt_len if tgt_len is None else tgt_len,
+                 mem_len=model.cfg.mem_len if mem_len is None else mem_len)
+    L, M = (min(v, n) for v in asked.values())  # longer than a column: the column (the same numbers)
+    capped = {k: (v, f"a column holds {n:,} token{'s' * (n > 1)}") for k, v in asked.items() if v > n}
+    if batch_size > B:
+        capped["batch_size"] = (batch_size, f"one column per prediction at most, and there are {n_pred:,}")
     run = None if compile is None else fast.compile_segment(model, compile)
-    segments = _read(model, run, x, y, tgt_len, mem_len, clamp_len, same_length)
+    segments = _read(model, run, x, y, L, M, clamp_len, same_length, caller="evaluate")
     # every NLL is written into one buffer and summed once at the end: one copy per segment,
     # and no value is read back to the host until then (on a GPU, no wait per segment)
     nll = torch.zeros(B, n, dtype=torch.float64, device=device)
@@ -146,7 +231,10 @@ def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[
     scored = nll.flatten()[:n_pred]  # column b holds the b-th block of the text: row-major order is text
     # order, and the padding is the last B * n - n_pred positions
     loss = scored.sum().item() / n_pred
-    result = _scores(loss, n_pred)
+    cfg = model.cfg
+    result = dict(_scores(loss, n_pred), capped=capped, settings=dict(
+        tgt_len=L, mem_len=M, clamp_len=cfg.clamp_len if clamp_len is None else clamp_len,
+        same_length=cfg.same_length if same_length is None else same_length, batch_size=B))
     if per_token:
         result["nll"] = scored.cpu().numpy()
     return result
@@ -165,27 +253,34 @@ def sliding_window_eval(model: TransformerXL, data, context: int,
     scores all its positions (each with the shorter context it has), so every token after the first counts once,
     as in ``evaluate``. ``max_predictions`` keeps only the first that many predictions.
     Windows are batched ``batch_size`` at a time; no memory is used. ``per_token`` adds
-    "nll", the NLL of every prediction in text order, as ``evaluate`` does.
+    "nll", the NLL of every prediction in text order, as ``evaluate`` does. "settings" and
+    "capped" as in ``evaluate``: a context longer than the text is the text (one window).
     """
     context, max_predictions, batch_size = _check_positive("sliding_window_eval", context=context,
                                                            max_predictions=max_predictions, batch_size=batch_size)
     model = unwrap(model)
     ids, n_pred = _scored_ids(data, max_predictions, "sliding_window_eval")
     ids = ids.to(next(model.parameters()).device)
-    with model.lengths(tgt_len=context, mem_len=0):
-        c = min(context, n_pred)
+    capped = {} if context <= n_pred else {"context": (context, f"the text holds {n_pred:,} predictions")}
+    context = c = min(context, n_pred)  # (a longer one: the first window alone, which is the whole text)
+    last = n_pred - context  # window s (1..last) reads ids[s:s+context], predicts ids[s+context]
+    B = max(1, min(batch_size, last))
+    if batch_size > B and last > 0:
+        capped["batch_size"] = (batch_size, f"there are {last:,} windows after the first")
+    own, what = model.cfg.tgt_len, "sliding_window_eval (tgt_len: its context)"
+    check_fits(model, B, context, 0, context, what, own)
+    with model.lengths(tgt_len=context, mem_len=0), out_of_memory_said(model, B, context, 0, what, own):
         parts = [model(ids[None, :c], targets=ids[None, 1:c + 1]).nll.double()[0]]
         total = parts[0].sum()
-        last = n_pred - context  # window s (1..last) reads ids[s:s+context], predicts ids[s+context]
         windows = ids.unfold(0, context, 1) if last > 0 else None  # a view: no copy
-        for s in tqdm(range(1, last + 1, batch_size), disable=not progress, desc="sliding", leave=False):
-            e = min(s + batch_size, last + 1)
+        for s in tqdm(range(1, last + 1, B), disable=not progress, desc="sliding", leave=False):
+            e = min(s + B, last + 1)
             logits, target = model(windows[s:e]).logits[:, -1].float(), ids[s + context:e + context]
             total += F.cross_entropy(logits, target, reduction="sum").double()
             if per_token:
                 parts.append(F.cross_entropy(logits, target, reduction="none").double())
     loss = total.item() / n_pred
-    result = _scores(loss, n_pred)
+    result = dict(_scores(loss, n_pred), capped=capped, settings=dict(context=context, batch_size=B))
     if per_token:
         result["nll"] = torch.cat(parts).cpu().numpy()
     return result
@@ -221,15 +316,33 @@ def evaluate_checkpoint(target: str | Path, split: str = "valid", corpus: Option
     _check_corpus_fits(path, ckpt, model, loaded, fix)
     data = getattr(loaded, split)
     if sliding_window is not None:
-        settings = dict(sliding_window=sliding_window)
         res = sliding_window_eval(model, data, sliding_window, max_predictions, progress=progress)
+        settings = dict(sliding_window=res["settings"]["context"])
+        capped = {"sliding_window" if k == "context" else k: v for k, v in res["capped"].items()}
     else:
-        given = dict(tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len, same_length=same_length)
-        settings = {k: getattr(model.cfg, k) if v is None else v for k, v in given.items()}
-        settings["batch_size"] = batch_size
-        res = evaluate(model, data, batch_size, max_tokens=max_predictions, progress=progress, **given)
+        res = evaluate(model, data, batch_size, tgt_len, mem_len, clamp_len, same_length, max_predictions,
+                       progress=progress)
+        settings, capped = res["settings"], res["capped"]
+    no_effect = {} if sliding_window is not None else validation.ignored_lengths(
+        model.cfg, settings["mem_len"], settings["clamp_len"], settings["same_length"])  # the checkpoint's own
     return dict(res, checkpoint=str(path), step=ckpt.get("step"), saved_valid_bpc=ckpt.get("valid_bpc"),
-                corpus=loaded.name, unit=loaded.unit, split=split, settings=settings)
+                corpus=loaded.name, unit=loaded.unit, split=split, settings=settings, capped=capped,
+                no_effect=no_effect)
+
+
+def describe_settings(result: dict) -> str:
+    """"tgt_len=64, mem_len=0, ..." of an ``evaluate_checkpoint`` result, saying of each setting that was
+    cut to the text ("capped") or that changes nothing for this model ("no effect") why."""
+    said = []
+    for name, value in result["settings"].items():
+        text = f"{name}={value:,}" if isinstance(value, int) and not isinstance(value, bool) else f"{name}={value}"
+        if name in result.get("capped", {}):
+            asked, why = result["capped"][name]
+            text += f" (capped from {asked:,}: {why})"
+        if name in result.get("no_effect", {}):
+            text += f" (no effect {result['no_effect'][name].split(':')[0]})"
+        said.append(text)
+    return ", ".join(said)
 
 
 def which_state(target: str | Path, result: dict) -> Optional[str]:
@@ -333,10 +446,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         p.error(str(e))
     if (which := which_state(args.checkpoint, r)) is not None:
         print(which)
-    settings = ", ".join(f"{k}={v}" for k, v in r["settings"].items())
     name = score_name(r["unit"])  # bpc for characters, ppl for words
     print(f"{r['checkpoint']} on {r['corpus']} {r['split']}: {name} {r[name]:.4f} "
-          f"over {r['tokens']:,} predictions ({settings})")
+          f"over {r['tokens']:,} predictions ({describe_settings(r)})")
     if not math.isfinite(r["loss"]):  # exit 1, so that a script or CI notices
         sys.exit(f"error: {name} {r[name]} is not finite: the weights hold NaN or inf (a diverged run?). "
                  "Fix: evaluate an earlier checkpoint, or train again with a lower lr.")

@@ -72,6 +72,11 @@ class TXLConfig:
         if validation is not None:  # a ValueError naming the first impossible field; tuples as lists
             validation.check_config(self)
 
+    def __setattr__(self, name: str, value) -> None:  # model.cfg.mem_len = -3: refused now, not read at forward
+        if validation is not None and name in self.__dict__:
+            value = validation.check_setattr(self, name, value)
+        super().__setattr__(name, value)
+
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
@@ -272,6 +277,7 @@ class TransformerXL(nn.Module):
     def __init__(self, cfg: TXLConfig):
         super().__init__()
         self.cfg = cfg = replace(cfg)  # our own copy: set_lengths must not change another model's
+        cfg.__dict__["_model_cfg"] = True  # validation.check_setattr: lengths checked when set, sizes fixed
         self.crit = None  # with cutoffs: the adaptive softmax (adaptive.py), tied to the adaptive input
         words = bool(cfg.cutoffs) or cfg.d_embed not in (None, cfg.d_model)
         if words and adaptive is None:
@@ -311,6 +317,8 @@ class TransformerXL(nn.Module):
         """Change lengths in place (None keeps one); a bad value raises ``ValueError``, changing nothing."""
         new = dict(tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len, same_length=same_length)
         checked = replace(self.cfg, **{k: v for k, v in new.items() if v is not None})  # validates a copy
+        if validation is not None:  # and refuses a clamp_len or same_length this model would ignore
+            validation.check_lengths_matter(checked, clamp_len=clamp_len, same_length=same_length)
         self.cfg.__dict__.update(checked.__dict__)  # in place: every layer shares self.cfg
 
     @contextlib.contextmanager
@@ -318,12 +326,12 @@ class TransformerXL(nn.Module):
                 clamp_len: Optional[int] = None, same_length: Optional[bool] = None):
         """``with model.lengths(mem_len=512):`` in eval mode; lengths and mode come back on exit."""
         cfg, was_training = self.cfg, self.training
-        saved = (cfg.tgt_len, cfg.mem_len, cfg.clamp_len, cfg.same_length)  # only these come back
+        saved = dict(tgt_len=cfg.tgt_len, mem_len=cfg.mem_len, clamp_len=cfg.clamp_len, same_length=cfg.same_length)
         self.set_lengths(tgt_len, mem_len, clamp_len, same_length)
         try:
             yield self.eval()
         finally:
-            self.set_lengths(*saved)
+            cfg.__dict__.update(saved)  # only these come back (they were this config's: nothing to check)
             self.train(was_training)
 
     @property  # True (the package's default): fast.py's subclasses; False: this file's code
@@ -364,8 +372,8 @@ class TransformerXL(nn.Module):
     def forward(self, tokens: torch.Tensor, mems: Optional[list[torch.Tensor]] = None,
                 targets: Optional[torch.Tensor] = None, return_attn=False, return_terms=False) -> TXLOutput:
         """Run one segment (see the class docstring); returns a ``TXLOutput``."""
-        if validation is not None:  # clear errors; once per call, outside what train.py may compile
-            validation.check_inputs(self, tokens, mems, targets)
+        if validation is not None:  # clear errors (a list of ids: a tensor); once per call, outside torch.compile
+            tokens, targets = validation.check_inputs(self, tokens, mems, targets)
         return self.segment(tokens, mems, targets, return_attn, return_terms)
 
     def segment(self, tokens: torch.Tensor, mems: Optional[list[torch.Tensor]] = None,

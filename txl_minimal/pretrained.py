@@ -97,7 +97,9 @@ BLOCK = 1000  # paired differences are averaged per block of characters: neighbo
 
 def _check_name(name: str) -> None:
     if name not in NAMES:
-        raise ValueError(f"unknown pretrained model {name!r}; available: {', '.join(NAMES)}")
+        path = isinstance(name, (str, Path)) and (Path(name).exists() or str(name).endswith((".pt", SAFETENSORS)))
+        raise ValueError(f"unknown pretrained model {name!r}; available: {', '.join(NAMES)}" + (
+            ". Fix: a checkpoint file or a run folder loads with txl_minimal.load(path)" if path else ""))
 
 
 def load_pretrained(name: str = "txl", device: str | torch.device = "cpu") -> TransformerXL:

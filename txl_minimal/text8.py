@@ -32,7 +32,8 @@ import numpy as np
 import torch
 
 from txl_minimal.symbols import decode_symbols, encode_symbols
-from txl_minimal.utils import NO_SPACE, WriteError, atomic_write, check_shipped, remove_leftovers, shipped_fix
+from txl_minimal.utils import (NO_SPACE, WriteError, atomic_write, check_shipped, file_in_the_way, remove_leftovers,
+                               shipped_fix)
 
 VOCAB = " abcdefghijklmnopqrstuvwxyz"  # id 0 = space, 1 = a, ..., 26 = z
 VOCAB_SIZE = len(VOCAB)
@@ -249,6 +250,25 @@ def text8_dir(data_dir: str | Path | None = None) -> Path:
     return Path(data_dir or os.environ.get("TXL_DATA_DIR") or default_text8_dir())
 
 
+def corpus_dir(data_dir: str | Path | None = None) -> Path:
+    """``text8_dir(data_dir)``, or a ``CorpusError`` naming what set it when a file stands where that
+    folder must be (TXL_DATA_DIR=notes.txt): the download would fail with "File exists" instead."""
+    d = text8_dir(data_dir)
+    blocker = file_in_the_way(d)
+    if blocker is None:
+        return d
+    if data_dir:
+        what, fix = f"data_dir={str(data_dir)!r}", "pass data_dir= a folder (it is made if missing)"
+    elif os.environ.get("TXL_DATA_DIR"):
+        what, fix = (f"TXL_DATA_DIR={os.environ['TXL_DATA_DIR']}", "set TXL_DATA_DIR to a folder (it is made if "
+                     f"missing), or unset it to use {default_text8_dir()}")
+    else:
+        what, fix = "the default data folder", f"move {blocker} out of the way, or set TXL_DATA_DIR to a folder"
+    inside = "" if blocker == d.absolute() else f" inside {blocker}"
+    raise CorpusError(f"{what} names {d}{inside}, but {blocker} is a file, not a folder: corpora are kept in a "
+                      f"folder. Fix: {fix}; or {MINI_HINT}.")
+
+
 def _read_cache(cache: list[Path], vocab_file: Path, src: Text8Source) -> tuple[list[np.ndarray], str | None]:
     """(the memory-mapped splits, None), or ([], what is wrong with the cache): a file cut
     short (a full disk, a killed copy) or one from another text8."""
@@ -283,7 +303,7 @@ def load_text8(data_dir: str | Path | None = None, download: bool = True, *,
                timeout: float = 5.0, progress: bool = True) -> Corpus:
     """Load text8 from the .npy cache; else from text8 / text8.zip in data_dir; else download.
     A damaged cache is rebuilt (with a warning that names the file)."""
-    d = text8_dir(data_dir)
+    d = corpus_dir(data_dir)
     names = ("train", "valid", "test")
     cache = [d / f"text8.{n}.npy" for n in names]
     vocab_file = d / "text8.vocab.txt"

@@ -51,7 +51,7 @@ from txl_minimal.run_folder import (Checkpoints, Stop, TrainingInterrupted, Trai
                                     start_writing)
 from txl_minimal.utils import (LN2, WriteError, check_device, score_name, score_of, seed_everything,
                                terminal_progress)
-from txl_minimal.validation import as_int
+from txl_minimal.validation import as_int, check_training_lengths
 
 # Names this module held before the presets, the run folder and the device set-up had modules of their
 # own: ``from txl_minimal.train import ...`` still finds them (a patch goes where they live now).
@@ -283,6 +283,7 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     best.pt holds the weights of the best periodic evaluation (every eval_interval steps and at
     max_steps; not a stop_at's): ``TrainResult.best_model()`` loads it."""
     end = _last_step(cfg, stop_at)
+    check_training_lengths(model_cfg, cfg)  # a clamp_len or same_length the model would ignore: refused now
     rank, world, local = distributed()
     out_dir = Path(cfg.out)
     claim_out(out_dir, resume, overwrite, rank)

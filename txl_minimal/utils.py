@@ -167,6 +167,9 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], object], suffix: 
     disk or a read-only folder is a ``WriteError`` saying so (not torch's or numpy's traceback).
     """
     path = Path(path)
+    if path.is_dir():  # the rename would fail naming our temporary file
+        raise WriteError(f"cannot write {path}: it is a folder. Fix: name a file, e.g. {path / 'model.pt'}, or move "
+                         "the folder out of the way", errno.EISDIR, "Is a directory")
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -262,6 +265,30 @@ def remove_leftovers(folder: str | Path, pattern: str) -> list[Path]:
     return found
 
 
+def file_in_the_way(path: str | Path) -> Path | None:
+    """The file that keeps ``path`` from being a folder: ``path`` itself, or the nearest part of it that
+    exists, when that is not a folder (TXL_DATA_DIR=/tmp/notes.txt); None when it is, or can become, one."""
+    existing = Path(path).absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    return None if existing.is_dir() else existing
+
+
+def folder_problem(path: str | Path) -> str | None:
+    """Why ``path`` cannot be, or become, a folder this process writes into (a file in the way, a folder
+    it may not write), or None."""
+    path = Path(path).absolute()
+    blocker = file_in_the_way(path)
+    if blocker is not None:
+        return f"{blocker} is a file, not a folder" + ("" if blocker == path else f", so {path} cannot be made")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is a folder this user cannot write into"
+    return None
+
+
 def terminal_progress(wanted: bool) -> bool:
     """Show a command's progress bar only if ``wanted`` and stderr is a terminal: in a log
     file each of the bar's carriage-return updates would become one more line."""
@@ -323,28 +350,63 @@ def read_json(path: str | Path, fix: str) -> dict:
     raise ValueError(f"{path} is damaged: {len(raw):,} bytes, {problem}. {fix}")
 
 
+class ManifestDamaged(ValueError):
+    """A ``MANIFEST.json`` entry that cannot be right (a key renamed, a number as text) or that
+    disagrees with an intact file: the manifest is the damaged one, not the file it lists."""
+
+
+def _manifest_entry(path: Path) -> dict | None:
+    """``path``'s entry in the MANIFEST.json beside it ({"bytes": int, "sha256": 64 hex digits}), None if
+    unlisted; ``ManifestDamaged`` naming the manifest if the entry is malformed."""
+    manifest = path.parent / MANIFEST
+    entry = read_json(manifest, shipped_fix(manifest)).get(path.name)
+    if entry is None:
+        return None
+    sha = entry.get("sha256") if isinstance(entry, dict) else None
+    if not (isinstance(entry, dict) and type(entry.get("bytes")) is int and isinstance(sha, str)
+            and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+        raise ManifestDamaged(f"{manifest} is damaged: its entry for {path.name} is {json.dumps(entry)[:120]}, not "
+                              '{"bytes": <an integer>, "sha256": <64 hex digits>} (a key renamed or a value edited; '
+                              f"{path.name} itself may be intact). {shipped_fix(manifest)}")
+    return entry
+
+
 def shipped_file_problem(path: str | Path) -> str | None:
     """What is wrong with a file listed in the ``MANIFEST.json`` beside it (size, then SHA-256),
-    or None: it matches, or it is not listed (a file the package did not ship)."""
+    or None: it matches, or it is not listed (a file the package did not ship). Where the manifest
+    is the one in the wrong, ``ManifestDamaged`` says so: its entry is malformed, or the file's
+    SHA-256 is the shipped one under another size, or differs from it in a digit or two (another
+    file's would differ in nearly all 64)."""
     path = Path(path)
     if not (path.parent / MANIFEST).exists():  # a file outside the package's folders
         return None
-    entry = read_json(path.parent / MANIFEST, shipped_fix(path.parent / MANIFEST)).get(path.name)
+    entry = _manifest_entry(path)
     if entry is None:
         return None
-    size, want = path.stat().st_size, entry["bytes"]
+    size, want, sha = path.stat().st_size, entry["bytes"], file_sha256(path)
+    edited = sum(a != b for a, b in zip(sha, entry["sha256"]))
+    if (sha == entry["sha256"] and size != want) or (size == want and 0 < edited <= 4):
+        what = (f'"bytes": {want:,}, but {path.name} has {size:,} bytes and exactly the SHA-256 it lists'
+                if sha == entry["sha256"] else f'a "sha256" that differs from {path.name}\'s in only {edited} of its '
+                '64 digits (a changed file changes nearly all of them)')
+        manifest = path.parent / MANIFEST
+        raise ManifestDamaged(f"{manifest} is damaged, not {path.name}: its entry says {what}. "
+                              f"{shipped_fix(manifest)}")
     if size != want:
         kind = "empty" if size == 0 else "truncated" if size < want else "longer than shipped"
         return f"{kind}: {size:,} bytes, shipped with {want:,}"
-    sha = file_sha256(path)
     if sha != entry["sha256"]:
         return f"wrong content: SHA-256 {sha[:16]}..., shipped with {entry['sha256'][:16]}... (same size)"
     return None
 
 
 def check_shipped(path: str | Path, error: type[Exception] = ValueError) -> None:
-    """Raise ``error`` naming a shipped file whose size or SHA-256 differs from its manifest."""
-    problem = shipped_file_problem(path)
+    """Raise ``error`` naming a shipped file whose size or SHA-256 differs from its manifest, or
+    naming the manifest where its entry is the damaged one."""
+    try:
+        problem = shipped_file_problem(path)
+    except ValueError as e:  # the manifest: unreadable, or its entry the damaged one (ManifestDamaged)
+        raise (e if error is ValueError else error(str(e))) from None
     if problem:
         raise error(f"{path} is damaged ({problem}). {shipped_fix(path)}")
 
@@ -353,7 +415,7 @@ def update_manifest(path: str | Path) -> None:
     """Record a (re)written shipped file's size and SHA-256 in the manifest beside it."""
     path = Path(path)
     manifest_path = path.parent / MANIFEST
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    manifest = read_json(manifest_path, shipped_fix(manifest_path)) if manifest_path.exists() else {}
     manifest[path.name] = dict(bytes=path.stat().st_size, sha256=file_sha256(path))
     text = json.dumps(dict(sorted(manifest.items())), indent=1) + "\n"
     atomic_write(manifest_path, lambda f: f.write(text.encode()))

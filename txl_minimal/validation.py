@@ -10,13 +10,15 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Optional
 
 import torch
 
 ATTN_TYPES = ("rel", "abs", "abs_far", "shaw")  # "shaw" is registered by variants.py
-INT_TYPES = (torch.long, torch.int, torch.int16, torch.uint8)
+INT_TYPES = (torch.long, torch.int, torch.int16, torch.int8, torch.uint8)  # what nn.Embedding reads (as long)
+LENGTHS = ("tgt_len", "mem_len", "clamp_len", "same_length")  # what set_lengths may change on a built model
+OWNED = "_model_cfg"  # set in a TransformerXL's own config's __dict__: its sizes are fixed (check_setattr)
 
 
 def as_int(value) -> Optional[int]:
@@ -42,6 +44,9 @@ def check_config(cfg) -> None:
             raise ValueError(f"TXLConfig.{f.name} must be an integer >= {low}, got {value!r}")
         if f.type == "bool" and not isinstance(value, bool):
             raise ValueError(f"TXLConfig.{f.name} must be True or False, got {value!r}")
+        if f.type == "float" and type(value) not in (bool, int, float) and isinstance(value, numbers.Real):
+            value = float(value)  # np.float32(0.1), as TrainConfig takes it: a plain float, which a checkpoint saves
+            setattr(cfg, f.name, value)
         if f.type == "float" and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or not 0 <= value <= 1):
             raise ValueError(f"TXLConfig.{f.name} must be a number in [0, 1], got {value!r}")
@@ -89,17 +94,56 @@ def check_clusters(cfg) -> None:
                          f"and {len(cutoffs)} tail clusters of cutoffs {list(cutoffs)}), got {tie!r}")
 
 
-def check_inputs(model, tokens: torch.Tensor, mems, targets, ids: bool = True) -> None:
-    """``TransformerXL.forward``'s inputs: integer ids in the vocabulary, and a memory
+def token_tensor(x, what: str = "tokens", device: Optional[torch.device] = None, rows: bool = True) -> torch.Tensor:
+    """``x`` as a tensor of token ids: a tensor as it is; a list, tuple or NumPy array (of integers,
+    checked by the caller) as a tensor on ``device``; anything else a ``ValueError`` saying what it is
+    and what to pass instead (a set has no order, a generator is used up by reading it, text needs
+    encoding: with ``rows``, as one row of a batch)."""
+    if isinstance(x, torch.Tensor):
+        return x
+    if isinstance(x, (str, bytes)):
+        raise ValueError(f"{what} must be token ids, not text (got {x[:30]!r}). Fix: encode it, "
+                         "txl_minimal.encode(text)" + (" (one sequence as one row: encode(text)[None])" * rows))
+    if isinstance(x, (set, frozenset, dict)) or not isinstance(x, (list, tuple)) and not hasattr(x, "__array__"):
+        kind = type(x).__name__
+        why = {"set": "a set has no order", "frozenset": "a set has no order", "dict": "a dict is not a sequence"}
+        raise ValueError(f"{what} must be token ids in a tensor, a list or a NumPy array, got a {kind} "
+                         f"({why.get(kind, 'not a sequence of ids')}). Fix: torch.tensor(ids)"
+                         + (", with the ids in text order" if kind in why else ", e.g. torch.tensor(list(ids))"))
+    try:
+        return torch.as_tensor(x, device=device)
+    except (TypeError, ValueError, RuntimeError):  # ragged rows, strings or objects inside
+        raise ValueError(f"{what} must be integer token ids with rows of one length; the {type(x).__name__} "
+                         "given holds something else (text, objects, rows of different lengths). Fix: "
+                         "torch.tensor(ids), ids a list of lists of ints") from None
+
+
+def _check_ids_tensor(what: str, t: torch.Tensor, device: torch.device, shape: str = "(batch, seq)") -> None:
+    """ValueError unless ``t`` holds integer ids, on ``device``, with as many axes as ``shape`` names."""
+    if t.dim() != shape.count(",") + 1 or t.dtype not in INT_TYPES:  # float ids would be truncated
+        raise ValueError(f"{what} must be an integer tensor of shape {shape}; got {tuple(t.shape)} {t.dtype}"
+                         + (". Fix: .long()" if t.dim() == shape.count(",") + 1 and not t.is_floating_point()
+                            and t.dtype != torch.bool else ""))
+    if t.is_meta:
+        raise ValueError(f"{what} are on the meta device, which holds shapes but no values. Fix: make them on "
+                         f"{device}")
+    if t.device != device:  # torch would fail inside the embedding, naming neither
+        raise ValueError(f"{what} are on {t.device}, the model on {device}. Fix: {what}.to({str(device)!r})")
+
+
+def check_inputs(model, tokens, mems, targets, ids: bool = True) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """``TransformerXL.forward``'s inputs: integer ids in the vocabulary, on the model's device (a list,
+    tuple or NumPy array of ids becomes a tensor there: the (tokens, targets) returned), and a memory
     that this model made for this batch size (its device, and its parameters' dtype: the model
     keeps memories in that dtype also under autocast). ``ids=False`` leaves out
     the ids' range, the one check that reads values: on a GPU it waits for the queued work
     (a host sync), so a loop whose ids were checked once (``read_segments``, training) skips it."""
-    cfg = model.cfg
-    for what, t in (("tokens", tokens), ("targets", targets)):  # float ids would be truncated
-        if t is not None and (t.dim() != 2 or t.dtype not in INT_TYPES):
-            raise ValueError(f"{what} must be an integer tensor of shape (batch, seq); got "
-                             f"{tuple(t.shape)} {t.dtype}")
+    cfg, p = model.cfg, next(model.parameters())
+    tokens = token_tensor(tokens, "tokens", p.device)
+    targets = None if targets is None else token_tensor(targets, "targets", p.device)
+    for what, t in (("tokens", tokens), ("targets", targets)):
+        if t is not None:
+            _check_ids_tensor(what, t, p.device)
     if tokens.numel() == 0:
         raise ValueError(f"tokens must hold at least one token per row; got shape {tuple(tokens.shape)}")
     if targets is not None and targets.shape != tokens.shape:
@@ -110,7 +154,7 @@ def check_inputs(model, tokens: torch.Tensor, mems, targets, ids: bool = True) -
         raise ValueError(f"mems must be the list out.mems (one tensor per layer), got one tensor of shape "
                          f"{tuple(mems.shape)}. Fix: pass out.mems itself, not torch.stack(out.mems)")
     if mems:  # the memory of another model, batch, dtype or device would fail inside torch
-        B, d, p = tokens.size(0), cfg.d_model, next(model.parameters())
+        B, d = tokens.size(0), cfg.d_model
         fits = [isinstance(m, torch.Tensor) and m.dim() == 3
                 and (m.size(0), m.size(2), m.dtype, m.device) == (B, d, p.dtype, p.device) for m in mems]
         if len(mems) != cfg.n_layer or not all(fits):
@@ -120,6 +164,7 @@ def check_inputs(model, tokens: torch.Tensor, mems, targets, ids: bool = True) -
             raise ValueError(f"mems must be a previous out.mems: n_layer={cfg.n_layer} tensors (batch={B}, "
                              f"mlen, d_model={d}) {p.dtype} on {p.device}; got {len(mems)}, mems[{i}] "
                              f"{got}. Fix: pass None (an empty memory), e.g. when the batch size changes")
+    return tokens, targets
 
 
 def check_ids(ids, vocab_size: int, what: str = "token") -> None:
@@ -149,11 +194,76 @@ def check_generate(prompt, n_new, temperature, top_k) -> tuple[torch.Tensor, int
     if not (math.isfinite(t) and t >= 0):  # NaN or inf would reach torch.multinomial as NaN
         raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy, 1 = the model's own "
                          f"distribution), got {temperature!r}")
-    ids = torch.as_tensor(prompt)
-    if ids.is_floating_point() or ids.dtype == torch.bool or ids.numel() == 0:  # a float id would be truncated
+    ids = token_tensor(prompt, "prompt")
+    if ids.numel() == 0:  # (an empty list is a float tensor to torch: say what it is)
+        raise ValueError(f"prompt is empty (shape {tuple(ids.shape)}): the model continues a text, so it needs "
+                         "at least one token id to start from. Fix: e.g. model.generate(torch.tensor([0]), "
+                         "n_new), 0 being the id of a space for characters")
+    if ids.is_floating_point() or ids.dtype == torch.bool or ids.is_complex():  # a float id would be truncated
         raise ValueError(f"prompt must hold at least one integer token id, got {ids.dtype} {tuple(ids.shape)}")
+    if ids.is_meta:
+        raise ValueError("prompt is on the meta device, which holds shapes but no values. Fix: make it on the CPU")
     if ids.dim() not in (1, 2):
         raise ValueError(f"prompt must be token ids of shape (T,) or (batch, T), got shape {tuple(ids.shape)}. "
                          "Fix: " + ("one id as a list, torch.tensor([id])" if ids.dim() == 0 else
                                     "one row per sequence, e.g. ids.view(-1, ids.size(-1))"))
     return ids, count, t, k
+
+
+# -- lengths: what each one changes, and a built model's config ---------------------------------------
+
+def ignored_lengths(cfg, mem_len: Optional[int] = None, clamp_len: Optional[int] = None,
+                    same_length: Optional[bool] = None) -> dict[str, str]:
+    """{name: why} for ``clamp_len`` and ``same_length`` where they are on (clamp_len > 0, same_length True)
+    but change nothing for ``cfg``'s model at these lengths (None: the config's own). clamp_len caps the
+    distances of Transformer-XL's sinusoids R, which only attn_type "rel" reads (adaptive span included);
+    same_length hides keys mem_len or more back, so at mem_len 0 it hides none the causal mask does not."""
+    mem = cfg.mem_len if mem_len is None else mem_len
+    clamp = cfg.clamp_len if clamp_len is None else clamp_len
+    same = cfg.same_length if same_length is None else same_length
+    why = {}
+    if clamp and cfg.attn_type != "rel":
+        why["clamp_len"] = (f"on attn_type {cfg.attn_type!r}: " + (
+            f"its table clips distances at shaw_max_dist={cfg.shaw_max_dist}, set when the model is built"
+            if cfg.attn_type == "shaw" else "absolute positions leave no relative distances to clamp"))
+    if same and mem == 0:
+        why["same_length"] = ("at mem_len 0: it limits every query to its last mem_len keys of memory, and "
+                              "without memory the causal mask alone decides")
+    return why
+
+
+def check_lengths_matter(cfg, prefix: str = "", mem_len: Optional[int] = None, clamp_len: Optional[int] = None,
+                         same_length: Optional[bool] = None) -> None:
+    """ValueError for a ``clamp_len`` or ``same_length`` given (not None) that ``ignored_lengths`` says
+    changes nothing for ``cfg``'s model at ``mem_len`` (None: the config's): a setting printed beside a
+    score must be one that made it. ``prefix`` names where it was set, e.g. "TrainConfig.eval_"."""
+    why = ignored_lengths(cfg, mem_len, clamp_len, same_length)
+    for name, value, off in (("clamp_len", clamp_len, 0), ("same_length", same_length, False)):
+        if value is not None and name in why:
+            raise ValueError(f"{prefix}{name}={value!r} has no effect {why[name]}. Fix: leave it out "
+                             f"({prefix}{name}={off})")
+
+
+def check_training_lengths(model_cfg, train_cfg) -> None:
+    """A run's clamp_len and same_length, its own and its evaluations' (``TrainConfig.eval_*``), where
+    they change nothing: refused before the first step, not at the first evaluation."""
+    check_lengths_matter(model_cfg, "TXLConfig.", None, model_cfg.clamp_len, model_cfg.same_length)
+    check_lengths_matter(model_cfg, "TrainConfig.eval_", train_cfg.eval_mem_len, train_cfg.eval_clamp_len,
+                         train_cfg.eval_same_length)
+
+
+def check_setattr(cfg, name: str, value):
+    """The value ``cfg.name = value`` stores (``TXLConfig.__setattr__``, for a field already set). A
+    plain config takes anything (the model built from it checks it); a model's own config (``OWNED``)
+    takes a length as ``set_lengths`` does, checked now (``forward`` reads it at every segment), and
+    refuses every other field: the layers were built from it and would not follow."""
+    if not cfg.__dict__.get(OWNED):
+        return value
+    if name not in LENGTHS:
+        raise ValueError(f"model.cfg.{name} is fixed once the model is built: its layers were made with "
+                         f"{name}={getattr(cfg, name)!r} and would not change with the config. Fix: build another "
+                         f"model, TransformerXL(dataclasses.replace(model.cfg, {name}=...)); lengths change with "
+                         "model.set_lengths(tgt_len=..., mem_len=..., clamp_len=..., same_length=...)")
+    checked = replace(cfg, **{name: value})  # a TXLConfig: every field checked, as TXLConfig(...) would
+    check_lengths_matter(checked, "model.cfg.", **{k: value for k in (name,) if k in ("clamp_len", "same_length")})
+    return getattr(checked, name)

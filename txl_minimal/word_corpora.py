@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from txl_minimal.text8 import (MINI_PATH, Corpus, CorpusError, _download, _write_cache, decode, load_text8_mini,
-                               text8_dir)
+from txl_minimal.text8 import (MINI_PATH, Corpus, CorpusError, _download, _write_cache, corpus_dir, decode,
+                               load_text8_mini)
 from txl_minimal.utils import remove_leftovers
 from txl_minimal.words import Vocab, coverage
 
@@ -134,7 +134,7 @@ def load_wikitext(name: str = "wt103", data_dir: str | Path | None = None, downl
     if name not in WIKITEXT and source is None:
         raise ValueError(f"unknown WikiText {name!r}; use one of {sorted(WIKITEXT)}")
     src = source or WIKITEXT[name]
-    d = text8_dir(data_dir)
+    d = corpus_dir(data_dir)
     cache = [d / f"{src.name}.{split}.npy" for split in SPLITS]
     vocab_file = d / f"{src.name}.vocab.txt"
     if all(p.exists() for p in cache) and vocab_file.exists():

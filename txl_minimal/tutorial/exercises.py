@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from typing import Optional
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -30,9 +30,42 @@ NOT_ATTEMPTED = "not attempted yet: write your answer in the cell above, then ru
 Case = tuple  # (arguments, the right result, the setting in words[, the part compared: a function])
 
 
+class _NotNumbers(ValueError):
+    """An answer that holds no numbers in order (text, a set, a generator, a tensor without values):
+    its message is the sentence the checker prints."""
+
+
+def _values(t: torch.Tensor) -> torch.Tensor:
+    """A tensor answer detached (a gradient is no obstacle) and on the CPU; a meta one has no values."""
+    if t.is_meta:
+        raise _NotNumbers("a tensor on the meta device, which has a shape but no values: compute it on the CPU")
+    return t.detach().cpu()
+
+
+def _plain(x):
+    """``x`` with every tensor in it as plain numbers (a gradient or a GPU is no obstacle), or
+    ``_NotNumbers`` for what cannot stand for numbers in order."""
+    if isinstance(x, torch.Tensor):
+        return _values(x).tolist()
+    if isinstance(x, (set, frozenset)):
+        raise _NotNumbers(f"a {type(x).__name__}, which has no order (a list keeps one)")
+    if isinstance(x, Iterator):  # a generator: used up once read, so it could not be compared twice
+        raise _NotNumbers(f"a {type(x).__name__}, which is used up once read (list(...) keeps its values)")
+    return [_plain(v) for v in x] if isinstance(x, (list, tuple)) else x
+
+
 def _tensor(x) -> torch.Tensor:
-    """A student's array-like answer as a tensor: a tensor, a NumPy array, a list or a number."""
-    return x.detach() if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))
+    """A student's array-like answer as a tensor: a tensor (detached, on the CPU), a NumPy array, a
+    list or a number; ``_NotNumbers`` saying what it is when it holds no numbers (text, a set, ...)."""
+    if isinstance(x, torch.Tensor):
+        return _values(x)
+    if isinstance(x, (str, bytes)):
+        raise _NotNumbers(f"the text {x!r}, not numbers")
+    array = np.asarray(_plain(x))
+    if array.dtype.kind in "OUSV":  # objects, text, raw bytes
+        raise _NotNumbers(f"a {type(x).__name__} holding {'text' if array.dtype.kind in 'US' else 'objects'}, "
+                          "not numbers")
+    return torch.as_tensor(array)
 
 
 def _same(got, want) -> bool:
@@ -66,6 +99,8 @@ def _difference(got, want) -> str:
     if isinstance(want, torch.Tensor):
         try:
             got = _tensor(got)
+        except _NotNumbers as e:
+            return f"got {e}"
         except (TypeError, ValueError, RuntimeError):
             return f"got a {type(got).__name__}, expected a tensor or an array"
         if got.shape != want.shape:
@@ -132,7 +167,7 @@ def _check(name: str, answer, cases: Iterable[Case],
             right = _same(compared, part(want))
             why = "" if right else _difference(compared, part(want))
         except Exception as e:  # a result of the wrong kind (shape, type) cannot be viewed
-            compared, right, why = got, False, f"{type(e).__name__}: {e}"
+            compared, right, why = got, False, f"got {e}" if isinstance(e, _NotNumbers) else f"{type(e).__name__}: {e}"
         if not right:
             note = getattr(part, "note", "")
             print(f"{name}: not yet: {where}: {why}{note}.\n  expected {_show(part(want))}\n  got {_show(compared)}")
@@ -145,14 +180,25 @@ def _check_prediction(name: str, got, want: float | list, rule: str, known: Iter
                       tol: float = 0.3) -> Optional[bool]:
     """A predicted number (or list of numbers) against the right one, within ``tol``: prints "right" with
     the rule, or what differs, naming the misreading when ``got`` matches one of ``known``
-    ((value, what it would mean) pairs)."""
+    ((value, what it would mean) pairs). ``got`` may be a function of no arguments that returns the
+    prediction, as ``_check`` takes one."""
+    if callable(got):
+        try:
+            got = got()
+        except Exception as e:  # a student's bug is a wrong answer, not a crash of the checker
+            print(f"{name}: not yet: your function raised {type(e).__name__}: {e}")
+            return False
     if got is None or got is ...:
         print(NOT_ATTEMPTED)
         return None
+    kind = f"a list of {len(want)} numbers" if isinstance(want, list) else "a number"
     try:
-        values = [float(v) for v in np.ravel(np.asarray(got, dtype=float))]
+        values = [float(v) for v in np.ravel(np.asarray(_plain(got), dtype=float))]
+    except _NotNumbers as e:
+        print(f"{name}: not yet: write {kind}; got {e}")
+        return False
     except (TypeError, ValueError):
-        print(f"{name}: not yet: write a number{'s' if isinstance(want, list) else ''}, got {got!r}")
+        print(f"{name}: not yet: write {kind}, got {got!r}")
         return False
     wants = want if isinstance(want, list) else [want]
     if len(values) != len(wants):
