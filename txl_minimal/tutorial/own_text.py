@@ -1,0 +1,105 @@
+"""Notebook 09's experiment: does memory pay more on code than on text8? Its definition and results.
+
+A character Transformer-XL of the ``cpu-small`` shape (4 layers, d_model 128, segments of 64) is
+trained for the same steps on two texts of about the same size: text8-mini (Wikipedia prose,
+27 symbols) and Python's standard library (its top-level modules, one file after another: code,
+which names things far from where it uses them). On each text three models differ only in the
+memory they are trained with (``TRAIN_MEMS``: none, the segment's length, four segments); each is
+scored on its text's test split with every evaluation memory of ``EVAL_MEMS``. The per-character
+losses are kept as means over blocks of ``BLOCK`` characters, in text order, so that any two
+scorings of the same characters can be compared with a paired standard error
+(``pretrained.paired_difference``: neighbouring characters' losses correlate, blocks much less).
+
+Running it is not the package's job: scripts/own_text.py trains and scores every model and writes
+RESULTS_DIR (results/own_text/: results.json, each run's log.csv, the weights the notebook reads,
+and the code test split, so that the scores re-run on any Python); this module defines the runs,
+builds the code corpus and reads the results.
+
+    python scripts/own_text.py                      # ~2 h on 2 CPU cores
+    python scripts/own_text.py --steps 3 --out /tmp/own   # a smoke test
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+
+from txl_minimal.utils import atomic_write_text
+
+RESULTS_DIR = Path(__file__).resolve().parents[2] / "results" / "own_text"
+CORPORA = ("code", "text8-mini")  # the standard library's code; Wikipedia prose
+TRAIN_MEMS = (0, 64, 256)  # memory in training: none, one segment, four segments
+EVAL_MEMS = (0, 64, 128, 256, 512, 1024)  # memory at evaluation (the segment stays 64)
+STEPS = 3000
+BLOCK = 512  # characters per block of the paired standard errors
+PRESET = "cpu-small"
+
+
+def stdlib_files(root: str | Path | None = None) -> list[Path]:
+    """The top-level modules of Python's standard library (``root``: its folder; default: this
+    Python's), sorted by name: about 170 files and 4.7 MB of code on Python 3.11."""
+    root = Path(root or sysconfig.get_paths()["stdlib"])
+    files = sorted(p for p in root.glob("*.py") if p.is_file())
+    if not files:
+        raise FileNotFoundError(f"no .py files in {root}: is it Python's standard library? Fix: pass the folder "
+                                "of your Python's standard library (sysconfig.get_paths()['stdlib']) or a text file")
+    return files
+
+
+def write_stdlib_text(path: str | Path, root: str | Path | None = None) -> Path:
+    """Write the standard library's top-level modules, one after another, as one UTF-8 text file
+    at ``path`` (a corpus for ``load_corpus``); returns the path. Files that are not UTF-8 are skipped."""
+    parts = []
+    for file in stdlib_files(root):
+        try:
+            parts.append(file.read_text(encoding="utf-8"))
+        except UnicodeDecodeError:
+            continue
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, "".join(p if p.endswith("\n") else p + "\n" for p in parts))
+    return path
+
+
+def run_name(corpus: str, mem_len: int) -> str:
+    """A run's folder and key in results.json, e.g. "code-m64"."""
+    return f"{'code' if corpus == 'code' else 'text8'}-m{mem_len}"
+
+
+def block_means(nll: np.ndarray, block: int = BLOCK) -> np.ndarray:
+    """Means of consecutive blocks of ``block`` losses (the last, shorter block dropped)."""
+    n = len(nll) // block * block
+    return np.asarray(nll[:n], dtype=np.float64).reshape(-1, block).mean(axis=1)
+
+
+def paired_blocks(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """Mean of ``a - b`` (block means of the same characters) and its standard error."""
+    d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    return float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d)))
+
+
+def code_test_path(results_dir: str | Path = RESULTS_DIR) -> Path:
+    """The code test split shipped with the results (so the scores re-run on any Python)."""
+    return Path(results_dir) / "code-test.txt.gz"
+
+
+def read_code_test(results_dir: str | Path = RESULTS_DIR) -> str:
+    """The code test split as text."""
+    return gzip.decompress(code_test_path(results_dir).read_bytes()).decode("utf-8")
+
+
+def load_results(path: str | Path = RESULTS_DIR / "results.json") -> dict:
+    """results.json as scripts/own_text.py wrote it (block means as NumPy arrays)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing. Fix: git checkout results/own_text, or run "
+                                f"{sys.executable.rsplit('/', 1)[-1]} scripts/own_text.py")
+    results = json.loads(path.read_text())
+    for run in results["runs"].values():
+        run["blocks"] = {int(m): np.asarray(v) for m, v in run["blocks"].items()}
+        run["test_bpc"] = {int(m): v for m, v in run["test_bpc"].items()}
+    return results
