@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from txl_minimal.batching import LMOrderedIterator, as_ids
+from txl_minimal.batching import LMOrderedIterator, as_ids, check_split
 from txl_minimal.text8 import (MINI_HINT, MINI_PATH, REPO_DATA, TEXT8, VOCAB, VOCAB_SIZE, Corpus, CorpusError,
                                Text8Source, decode, default_text8_dir, encode, load_text8, load_text8_mini,
                                split_corpus, text8_dir)
@@ -36,7 +36,7 @@ __all__ = ["CORPORA", "WORD_CORPORA", "load_corpus", "generate_text",
            "MINI_WORDS_MAX_SIZE", "SPLITS", "WIKITEXT", "WikiTextSource", "load_text8_mini_words", "load_wikitext",
            "word_stats",
            # batching.py
-           "LMOrderedIterator", "as_ids"]
+           "LMOrderedIterator", "as_ids", "check_split"]
 
 
 def generate_text(model: torch.nn.Module, prompt: str, n_new: int, **kwargs) -> str:
