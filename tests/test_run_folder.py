@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -38,6 +39,10 @@ def snapshot(folder) -> dict[str, bytes]:
 def without_times(log: Path) -> list[dict]:
     """A log.csv's rows without their wall_time_s (the one column a resumed run cannot share)."""
     return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in csv.DictReader(open(log))]
+
+
+def steps_logged(out: Path) -> list[int]:
+    return [int(r["step"]) for r in csv.DictReader(open(out / "log.csv"))]
 
 
 def wait_for_rows(log: Path, rows: int, seconds: float = 120) -> None:
@@ -200,6 +205,8 @@ def test_resume_of_a_finished_run_on_the_command_line_exits_0(tmp_path, capsys):
     argv[argv.index("4")] = "8"
     train_main([*argv, "--resume", "--stop-at", "3"])
     assert "is at step 4, already past --stop-at 3; nothing to train" in capsys.readouterr().out
+    train_main([*argv, "--resume", "--stop-at", "4"])
+    assert "is at step 4, already at --stop-at 4; nothing to train" in capsys.readouterr().out
     train_main([*argv, "--resume"])  # the advice works: on to step 8
     assert load_checkpoint(tmp_path / "ckpt.pt")["step"] == 8
 
@@ -325,23 +332,40 @@ def test_ctrl_c_saves_a_resumable_checkpoint_and_resume_is_bit_exact(tmp_path, m
     assert without_times(out / "log.csv") == without_times(tmp_path / "straight" / "log.csv")
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-def test_sigterm_and_sighup_save_the_step_as_ctrl_c_does(tmp_path, signum):
-    """A batch scheduler's pre-emption, `docker stop` and a lost Colab runtime send SIGTERM, a closed
-    terminal SIGHUP: they used to end the process at once, losing every step since the last checkpoint."""
+LONG_RUN = ["--max-steps", "3000", "--set", *TINY_SET, "log_interval=5", "eval_interval=1000"]
+
+
+def test_sigterm_saves_the_step_as_ctrl_c_does(tmp_path):
+    """A batch scheduler's pre-emption, `docker stop` and a lost Colab runtime send SIGTERM: it used to
+    end the process at once, losing every step since the last checkpoint."""
     out = tmp_path / "run"
-    p = subprocess.Popen(cli(out, "--max-steps", "3000", "--set", *TINY_SET, "log_interval=5", "eval_interval=1000"),
-                         env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(cli(out, *LONG_RUN), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_rows(out / "log.csv", 3)
-    p.send_signal(signum)
+    p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=120)
-    assert p.returncode == 128 + signum, err  # the status of a process the signal ended
-    step = int(re.search(rf"training interrupted at step (\d+) by {signum.name}: \S*ckpt.pt holds that step",
-                         err).group(1))
+    assert p.returncode == 128 + signal.SIGTERM, err  # the status of a process the signal ended
+    step = int(re.search(r"training interrupted at step (\d+) by SIGTERM: \S*ckpt.pt holds that step", err).group(1))
     assert "Traceback" not in err and re.search(r"python -m txl_minimal.train .*--max-steps 3000 .*--resume$",
                                                 err.strip())
-    logged = [int(r["step"]) for r in csv.DictReader(open(out / "log.csv"))]
-    assert load_checkpoint(out / "ckpt.pt")["step"] == step >= logged[-1] and not (out / LOCK).exists()
+    assert load_checkpoint(out / "ckpt.pt")["step"] == step >= steps_logged(out)[-1] and not (out / LOCK).exists()
+
+
+def test_a_closed_terminal_saves_the_step(tmp_path):
+    """Closing the terminal sends SIGHUP, and from then on every write to it fails (EIO): the run used to
+    end at once. Now it saves the step it stops at, saying nothing more, with SIGHUP's status."""
+    pty, termios, fcntl = (pytest.importorskip(m) for m in ("pty", "termios", "fcntl"))
+    out, (terminal, its_end) = tmp_path / "run", pty.openpty()
+    p = subprocess.Popen(cli(out, *LONG_RUN), env=ENV, stdin=its_end, stdout=its_end,
+                         stderr=its_end, start_new_session=True,  # the terminal's session, as a shell's child
+                         preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+    os.close(its_end)
+    log, deadline = out / "log.csv", time.time() + 120
+    while not (log.exists() and len(log.read_text().splitlines()) > 3) and time.time() < deadline:
+        if select.select([terminal], [], [], 0.05)[0]:
+            os.read(terminal, 1 << 16)  # what the terminal shows
+    os.close(terminal)  # the window closes
+    assert p.wait(timeout=120) == 128 + signal.SIGHUP
+    assert load_checkpoint(out / "ckpt.pt")["step"] >= steps_logged(out)[-1] and not (out / LOCK).exists()
 
 
 def test_a_second_ctrl_c_stops_at_once_in_one_line(tmp_path, monkeypatch, capsys):

@@ -157,7 +157,7 @@ class TrainingDiverged(FloatingPointError):
     of it was saved, so that ``path`` (OUT/ckpt.pt, at ``last_step``; None: none yet) stays the last
     finite state."""
 
-    def __init__(self, step: int, what: str, path: Path, last_step: Optional[int], lr: float):
+    def __init__(self, step: int, what: str, path: Path, last_step: Optional[int], lr: float, amp: str = "off"):
         lower = f"{lr / 10:g}"
         if last_step is None:
             kept = "no checkpoint was saved before it"
@@ -167,8 +167,9 @@ class TrainingDiverged(FloatingPointError):
             kept = f"{path} still holds step {last_step}, the last finite state"
             fix = (f"resume from it with a lower learning rate, --resume --set lr={lower} "
                    f"(train(..., resume=True) with TrainConfig.lr={lower})")
+        fp16 = "; in fp16 a value may overflow too: --set amp=bf16 (or off)" if amp == "fp16" else ""
         super().__init__(f"training diverged at step {step}: {what}. Nothing of it was saved: {kept}. Fix: {fix}; "
-                         f"this run's lr is {lr:g} (a longer warm-up, warmup_steps, helps too)")
+                         f"this run's lr is {lr:g} (a longer warm-up, warmup_steps, helps too){fp16}")
         self.step, self.path, self.last_step = step, path, last_step
 
 
@@ -411,7 +412,8 @@ class Checkpoints:
 
     def diverged(self, step: int, what: str) -> TrainingDiverged:
         """The error of a NaN or inf (``what``) at ``step``: nothing of it saved, the last checkpoint named."""
-        return TrainingDiverged(step, what, self.last, self.saved, self.configs["train_config"]["lr"])
+        return TrainingDiverged(step, what, self.last, self.saved, self.configs["train_config"]["lr"],
+                                self.configs["choice"]["amp"])
 
 
 def load_for_resume(path: Path, model_cfg: TXLConfig) -> dict:
@@ -443,8 +445,8 @@ def finished(model: TransformerXL, step: int, end: int, cfg, out_dir: Path, best
         return next((float(r[key]) for r in reversed(rows) if r.get(key)), float("nan"))
 
     if end < cfg.max_steps:  # stop_at / --stop-at at or before the checkpoint
-        print(f"{out_dir}/ is at step {step}, already past --stop-at {end}; nothing to train. "
-              f"Fix: a later --stop-at, or none to go on to max_steps {cfg.max_steps}.")
+        print(f"{out_dir}/ is at step {step}, already {'at' if step == end else 'past'} --stop-at {end}; nothing to "
+              f"train. Fix: a later --stop-at, or none to go on to max_steps {cfg.max_steps}.")
     else:
         print(f"{out_dir}/ holds a complete run: step {step} of max_steps {cfg.max_steps}; nothing to train. "
               f"To train it longer, resume with a higher limit: --resume --max-steps {2 * step} "

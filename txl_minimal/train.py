@@ -17,8 +17,9 @@ scores a run's best.pt afterwards (--last: its ckpt.pt). A preset run on a small
 (text8 unreachable, --corpus, $TXL_CORPUS) is shortened to FALLBACK_EPOCHS passes over it, with a line
 saying so (``sized_to_corpus``). A run already in OUT
 is never replaced silently: continue it with --resume or replace it with --overwrite.
-OUT/train.lock keeps a second training out of OUT while one runs; Ctrl-C finishes the step
-in progress, saves it to OUT/ckpt.pt and prints the --resume command that continues it.
+OUT/train.lock keeps a second training out of OUT while one runs; Ctrl-C (or SIGTERM, SIGHUP)
+finishes the step in progress, saves it to OUT/ckpt.pt and prints the --resume command that
+continues it. A NaN or inf in the loss or the weights stops the run, its last finite checkpoint kept.
 """
 from __future__ import annotations
 
@@ -272,7 +273,10 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     with a checkpoint, as if interrupted. progress: a bar and a line per evaluation; print_evals:
     those lines without the bar. Under torchrun each rank reads its own block of batch columns.
     best.pt holds the weights of the best periodic evaluation (every eval_interval steps and at
-    max_steps; not a stop_at's): ``TrainResult.best_model()`` loads it."""
+    max_steps; not a stop_at's): ``TrainResult.best_model()`` loads it. Raises, before anything is
+    written, ValueError for a split too short (``_check_splits``); during the run TrainingInterrupted
+    (Ctrl-C, SIGTERM, SIGHUP: the step saved), TrainingStoppedAtOnce (a second one) or TrainingDiverged
+    (a NaN or inf: nothing of it saved). warmup_steps > max_steps is a warning."""
     end = _last_step(cfg, stop_at)
     rank, world, local = distributed()
     if rank == 0 and (note := warmup_note(cfg)):
