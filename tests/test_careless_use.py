@@ -320,7 +320,7 @@ def test_full_disk_while_saving_best_pt_says_resume(char_run, tmp_path, full_dis
         resume()
     message = str(err.value)
     assert message.startswith(f"no space left on the disk holding {out} for best.pt of step 6 (a new best valid "
-                              "bpc). Kept: best.pt of step 4; The last checkpoint (step 4) is intact")
+                              "bpc). Kept: best.pt of step 4. The last checkpoint (step 4) is intact")
     assert message.endswith("then run the same command with --resume") and "run again" not in message
     assert {k: v for k, v in snapshot(out).items() if k != "log.csv"} == {k: v for k, v in before.items()
                                                                           if k != "log.csv"}

@@ -26,7 +26,7 @@ import txl_minimal.train as train_py
 from txl_minimal.checkpoint import load_checkpoint, state_sha256, weights_sha256
 from txl_minimal.devices import LossMeter
 from txl_minimal.evaluate import evaluate
-from txl_minimal.run_folder import Stop, TrainingDiverged
+from txl_minimal.run_folder import Stop, TrainingDiverged, _unlogged
 from txl_minimal.train import LOCK, RUN_FILES, lr_at, main as train_main, train
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TXL_CORPUS="text8-mini")
@@ -481,3 +481,12 @@ def test_a_nan_evaluation_of_finite_weights_is_said_and_not_kept(tmp_path, monke
     with pytest.warns(UserWarning, match="evaluation at step 4 gave valid bpc nan although the weights are finite"):
         res = train(tiny_cfg(), tiny_train_cfg(tmp_path, max_steps=4), synthetic_corpus(FOX), progress=False)
     assert res.best_step == 0 and not (tmp_path / "best.pt").exists() and (tmp_path / "ckpt.pt").exists()
+
+
+def test_the_losses_since_the_last_row_resume_with_any_number_of_processes():
+    """ckpt.pt keeps each rank's losses since the last log row; resumed by as many processes each rank
+    takes its own, by another number the whole batch's mean of each step (the row's mean is the same)."""
+    saved = {"unlogged_nll": [[1.0, 2.0], [3.0, 6.0]]}  # two ranks, two steps since the row
+    assert [_unlogged(saved, rank, 2) for rank in (0, 1)] == [[1.0, 2.0], [3.0, 6.0]]
+    assert _unlogged(saved, 0, 1) == [2.0, 4.0] and _unlogged(saved, 3, 4) == [2.0, 4.0]
+    assert _unlogged({}, 0, 1) == [] and _unlogged({"unlogged_nll": [[], []]}, 0, 1) == []

@@ -392,7 +392,7 @@ class Checkpoints:
             _save_best(self.best_path, self.parts["model"], self.configs, step, valid_bpc, self.elapsed)
         except WriteError as e:
             earlier = (f"best.pt of step {self.best['step']}" if self.best["step"] else "no best.pt yet")
-            raise WriteError(f"{_write_failed(self.best_path, step, e)} (a new best valid bpc). Kept: {earlier}; "
+            raise WriteError(f"{_write_failed(self.best_path, step, e)} (a new best valid bpc). Kept: {earlier}. "
                              f"{_last_checkpoint(self.last)} Fix: free some disk space (or make "
                              f"{self.best_path.parent} writable), then run the same command with --resume",
                              e.errno, e.reason) from None
