@@ -390,7 +390,9 @@ def main(argv: Optional[list[str]] = None) -> None:
             res = train(model_cfg, train_cfg, corpus, resume=args.resume, stop_at=args.stop_at,
                         overwrite=args.overwrite, progress=terminal_progress(not args.no_progress), print_evals=True)
     except (ValueError, FileExistsError, FileNotFoundError, CorpusError) as e:  # bad input: no traceback
-        p.error(str(e))
+        if distributed()[0] == 0:  # (under torchrun: said once)
+            p.error(str(e))
+        sys.exit(2)
     except WriteError as e:  # a full disk, a read-only --out: what survives and what to do
         sys.exit(f"error: {e}")
     except TrainingDiverged as e:  # a NaN: nothing of it saved; every rank stops here
