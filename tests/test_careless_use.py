@@ -11,6 +11,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -24,14 +25,15 @@ import numpy as np
 import pytest
 import torch
 
-from tiny import ROOT, synthetic_corpus, tiny_cfg, tiny_train_cfg
-from txl_minimal import checkpoint, data, pretrained
+from tiny import FOX, ROOT, synthetic_corpus, tiny_cfg, tiny_train_cfg
+from txl_minimal import checkpoint, command_line, data, pretrained
 from txl_minimal.checkpoint import load, load_checkpoint, save_checkpoint
-from txl_minimal.data import CorpusError, decode, encode, generate_text, load_text8, load_text8_mini_words
+from txl_minimal.data import Corpus, CorpusError, decode, encode, generate_text, load_text8, load_text8_mini_words
 from txl_minimal.evaluate import (evaluate, evaluate_checkpoint, main as evaluate_main, read_segments,
                                   sliding_window_eval)
 from txl_minimal.model import TransformerXL, TXLConfig
-from txl_minimal.train import CSVLog, LOCK, lr_at, main as train_main, train
+from txl_minimal.devices import LossMeter
+from txl_minimal.train import CSVLog, LOCK, TrainConfig, lr_at, main as train_main, train
 from txl_minimal.tutorial import exercises, solutions
 from txl_minimal.utils import MANIFEST, WriteError, file_sha256
 
@@ -304,6 +306,43 @@ def test_a_read_only_out_folder_gets_a_sentence(tmp_path, capsys, read_only):
     for out in (tmp_path / "ro", tmp_path / "ro" / "run"):
         said = cli_error(train_main, ["--out", str(out), "--max-steps", "1", "--no-progress"], capsys, code=1)
         assert said.startswith(f"error: cannot write in --out {out} (Read-only file system)") and "Fix" in said
+
+
+def test_full_disk_while_saving_best_pt_says_resume(char_run, tmp_path, full_disk):
+    """It said "run again", which is then refused (the folder holds a run): --resume is what goes on."""
+    out = tmp_path / "run"
+    shutil.copytree(char_run, out)
+    before = snapshot(out)
+    full_disk.append("best.pt.")
+    resume = lambda: train(tiny_cfg(), tiny_train_cfg(out, max_steps=6, eval_interval=2),  # noqa: E731
+                           synthetic_corpus("the cat sat "), resume=True, progress=False)
+    with pytest.raises(WriteError) as err:
+        resume()
+    message = str(err.value)
+    assert message.startswith(f"no space left on the disk holding {out} for best.pt of step 6 (a new best valid "
+                              "bpc). Kept: best.pt of step 4. The last checkpoint (step 4) is intact")
+    assert message.endswith("then run the same command with --resume") and "run again" not in message
+    assert {k: v for k, v in snapshot(out).items() if k != "log.csv"} == {k: v for k, v in before.items()
+                                                                          if k != "log.csv"}
+    full_disk.clear()  # room again: the advice works
+    assert resume().best_step == 6 and load_checkpoint(out / "best.pt")["step"] == 6
+
+
+def test_full_disk_while_writing_a_log_row_says_resume(char_run, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    shutil.copytree(char_run, out)
+
+    real = csv.DictWriter.writerow
+
+    def no_space_at_step_6(self, row):
+        if row.get("step") == 6:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, row)
+    monkeypatch.setattr(csv.DictWriter, "writerow", no_space_at_step_6)
+    with pytest.raises(WriteError, match=r"no space left on the disk holding .* for log.csv: its row of step 6\. "
+                                         r"The last checkpoint \(step 4\) is intact.*with --resume$"):
+        train(tiny_cfg(), tiny_train_cfg(out, max_steps=6, eval_interval=2), synthetic_corpus("the cat sat "),
+              resume=True, progress=False)
 
 
 # 2. Read-only data folders ---------------------------------------------------------------------
@@ -679,3 +718,146 @@ def test_generation_with_long_empty_and_out_of_alphabet_prompts(tiny_model):
     with pytest.raises(ValueError, match=r"character 'É' at position 4 is not in VOCAB"):
         generate_text(model, "the É", 5)
     assert encode("the ").tolist() == [20, 8, 5, 0]
+
+
+# 7. Issue 41: stopped runs, every setting used or refused -----------------------------------------
+
+def _ids(n: int) -> np.ndarray:
+    return encode((FOX * (n // len(FOX) + 1))[:n])
+
+
+@pytest.mark.parametrize("splits, tgt_len, said", [
+    ((12000, 0, 500), 8, "the valid split of mine holds 0 characters: its evaluation needs at least 2"),
+    ((12000, 1, 500), 8, "the valid split of mine holds 1 character: its evaluation needs at least 2"),
+    ((13000, 500, 500), 1024, "the train split of mine holds 13,000 characters, too few for one training segment "
+                              "in each batch column: batch_size 16 x (tgt_len 1,024 + 1) = 16,400. Fix: a smaller "
+                              "batch_size (at most 12 for tgt_len 1,024), or a smaller tgt_len (at most 811 for "
+                              "batch_size 16), or a longer train split"),
+])
+def test_splits_too_short_are_refused_before_the_first_step(tmp_path, splits, tgt_len, said):
+    """An empty valid split was found at the first evaluation (the steps before it lost, a log left that made
+    a re-run refuse); a train split too short for a segment per column gave a bare StopIteration."""
+    ids = _ids(sum(splits))
+    corpus = Corpus("mine", ids[:splits[0]], ids[splits[0]:splits[0] + splits[1]], ids[splits[0] + splits[1]:])
+    with pytest.raises(ValueError, match=re.escape(said)):
+        train(tiny_cfg(tgt_len=tgt_len, mem_len=0), tiny_train_cfg(tmp_path / "run", batch_size=16), corpus,
+              progress=False)
+    assert not (tmp_path / "run").exists()  # nothing written
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--batch-size", "100000"], "the train split of text8-mini holds 2,759,702 characters, too few for one training "
+                                 "segment in each batch column: batch_size 100,000 x (tgt_len 32 + 1)"),
+    (["--set", "tgt_len=200000"], "batch_size 16 x (tgt_len 200,000 + 1) = 3,200,016. Fix: a smaller batch_size "
+                                  "(at most 13 for tgt_len 200,000)"),
+])
+def test_a_training_split_too_short_on_the_command_line(tmp_path, capsys, monkeypatch, flags, said):
+    monkeypatch.setenv("TXL_CORPUS", "text8-mini")
+    err = cli_error(train_main, ["--out", str(tmp_path / "run"), "--no-progress", "--max-steps", "5", *flags,
+                                 "--set", "d_model=16", "d_head=8", "d_inner=32", "warmup_steps=1", "amp=off"],
+                    capsys)
+    assert said in err and "StopIteration" not in err and not (tmp_path / "run").exists()
+
+
+def test_repeated_flags_add_up_or_are_refused(tmp_path, capsys, monkeypatch):
+    """`--set eval_interval=10 --set amp=off` ran with eval_interval 500: argparse kept the last --set."""
+    monkeypatch.setenv("TXL_CORPUS", "text8-mini")
+    out = tmp_path / "run"
+    train_main(["--out", str(out), "--max-steps", "2", "--no-progress", "--set", *TINY_SET, "--set",
+                "eval_interval=1", "--set", "log_interval=1", "warmup_steps=1"])
+    assert load_checkpoint(out / "ckpt.pt")["train_config"]["eval_interval"] == 1
+    assert steps_in(out / "log.csv") == [1, 2]
+    argv = ["--out", str(tmp_path / "other"), "--no-progress", "--set", *TINY_SET]
+    err = cli_error(train_main, [*argv, "--max-steps", "2", "--set", "max_steps=3"], capsys)
+    assert "max_steps is set twice, by --max-steps 2 and by --set max_steps=3: which one? Fix: give it once" in err
+    err = cli_error(train_main, [*argv, "--set", "lr=0.1", "--set", "lr=0.2"], capsys)
+    assert "lr is set twice, by --set lr=0.1 and by --set lr=0.2" in err
+    err = cli_error(train_main, [*argv, "--max-steps", "2", "--max-steps", "3"], capsys)
+    assert "--max-steps is given twice, 2 and 3: which one?" in err
+    train_main([*argv, "--max-steps", "1", "--max-steps", "1", "--set", "lr=0.1", "lr=0.1", "warmup_steps=1"])  # alike
+    err = cli_error(evaluate_main, ["txl-tiny", "--tgt-len", "5", "--tgt-len", "6"], capsys)
+    assert "--tgt-len is given twice, 5 and 6" in err
+    from txl_minimal.pretrained import main as pretrained_main
+    err = cli_error(pretrained_main, ["--ship", "a", "--name", "txl", "--name", "vanilla"], capsys)
+    assert "--name is given twice, 'txl' and 'vanilla'" in err
+
+
+def test_a_warm_up_longer_than_the_run_is_said(tmp_path):
+    """`--max-steps 20` with the preset's 100-step warm-up peaked at 0.2 x lr without a word."""
+    corpus = synthetic_corpus(FOX)
+    with pytest.warns(UserWarning, match=r"^warmup_steps 10 outlasts max_steps 4: the learning rate rises only to "
+                                         r"0.4 x lr \(0.0012\) at the last step and never decays. Fix: .*"
+                                         r"--set warmup_steps=1 \(TrainConfig.warmup_steps\)$") as said:
+        train(tiny_cfg(), tiny_train_cfg(tmp_path / "a", warmup_steps=10, max_steps=4), corpus, progress=False)
+    assert said[0].filename == __file__  # pointing at the caller's line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a stop_at inside the warm-up is no such run: its schedule is max_steps'
+        train(tiny_cfg(), tiny_train_cfg(tmp_path / "b", warmup_steps=4, max_steps=8), corpus, stop_at=2,
+              progress=False)
+    with command_line.one_line_warnings():  # the command line says it in one line
+        assert warnings.formatwarning("said", UserWarning, "train.py", 1) == "warning: said\n"
+    assert warnings.formatwarning("said", UserWarning, "train.py", 1).startswith("train.py:1: UserWarning")
+
+
+def test_an_empty_out_or_path_is_refused(tmp_path, monkeypatch, capsys):
+    """`--out ""` wrote ckpt.pt, best.pt and log.csv into the current folder; an empty checkpoint path
+    was a raw IsADirectoryError (load_checkpoint) or read as no --ship at all ("unknown pretrained model None")."""
+    monkeypatch.chdir(tmp_path)
+    for out in ("", " "):
+        with pytest.raises(ValueError, match="TrainConfig.out is .*would go into the current folder. Fix: name a "
+                                             "folder"):
+            TrainConfig(out=out)
+    err = cli_error(train_main, ["--out", "", "--max-steps", "1", "--no-progress"], capsys)
+    assert "would go into the current folder" in err
+    for call in (lambda: load_checkpoint(""), lambda: load(""), lambda: evaluate_checkpoint("")):
+        with pytest.raises(ValueError, match="is an empty path .*current folder"):
+            call()
+    with pytest.raises(ValueError, match="empty path"):
+        checkpoint.save(TransformerXL(tiny_cfg()), "")
+    from txl_minimal.pretrained import main as pretrained_main
+    err = cli_error(pretrained_main, ["--ship", "", "--name", "txl-tiny"], capsys)
+    assert "--ship is an empty path" in err and "None" not in err
+    assert list(tmp_path.iterdir()) == []  # nothing written here
+
+
+def test_evaluating_or_shipping_a_run_before_its_first_checkpoint_says_it_is_training(tmp_path, shipped_copy,
+                                                                                       monkeypatch, capsys):
+    """It said "the run stopped before its first checkpoint ... --overwrite" of a run still training."""
+    out, seen = tmp_path / "run", []
+    real_add = LossMeter.add
+
+    def add_and_look(self, nll):  # during the first step of a real training, before any checkpoint
+        real_add(self, nll)
+        if not seen:
+            for call in (lambda: evaluate_checkpoint(out), lambda: pretrained.ship(out, "txl-tiny")):
+                with pytest.raises(FileNotFoundError) as err:
+                    call()
+                seen.append(str(err.value))
+
+    monkeypatch.setattr(LossMeter, "add", add_and_look)
+    train(tiny_cfg(), tiny_train_cfg(out, max_steps=4), synthetic_corpus(FOX), progress=False)
+    running = f"{out}/ is being trained right now (pid {os.getpid()} on "
+    assert seen[0].startswith(running) and "its first checkpoint comes at step 4, and has written no checkpoint yet" \
+        in seen[0] and "Fix: wait for its first checkpoint" in seen[0] and "--overwrite" not in seen[0]
+    assert seen[1].startswith(running) and "Fix: wait for it to end" in seen[1]
+    # on the command line, with a row already in its log (the case that said "the run stopped")
+    (out / "ckpt.pt").unlink()
+    (out / "best.pt").unlink()
+    (out / LOCK).write_text(json.dumps(dict(pid=os.getpid(), host=os.uname().nodename, started="2026-11-24 21:00:00",
+                                            first_checkpoint=500)))
+    err = cli_error(evaluate_main, [str(out), "--no-progress"], capsys)
+    assert "is being trained right now" in err and "first checkpoint comes at step 500" in err
+    assert "--overwrite" not in err
+    (out / LOCK).unlink()  # a run that did stop: as before
+    assert "the run stopped before its first checkpoint" in cli_error(evaluate_main, [str(out), "--no-progress"],
+                                                                      capsys)
+
+
+def test_the_train_and_evaluate_modules_are_callable(tmp_path):
+    """`from txl_minimal import train` gives the module: train(...) said "'module' object is not callable"."""
+    from txl_minimal import evaluate as evaluate_module, train as train_module
+    res = train_module(tiny_cfg(), tiny_train_cfg(tmp_path, max_steps=2, eval_interval=2), synthetic_corpus(FOX),
+                       progress=False)
+    assert res.step == 2 and train_module.TrainConfig is TrainConfig and train_module.train is train
+    ids = torch.as_tensor(_ids(40))
+    assert evaluate_module(res.model, ids) == evaluate(res.model, ids)

@@ -8,20 +8,25 @@ import json
 import math
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
-from tiny import (DAMAGES, ROOT, TINY_SET, cli_error, damage, overfitting_cfg, overfitting_corpus, synthetic_corpus,
-                  tiny_cfg, tiny_train_cfg, weights as _weights)
+from tiny import (DAMAGES, FOX, ROOT, TINY_SET, cli_error, damage, overfitting_cfg, overfitting_corpus,
+                  synthetic_corpus, tiny_cfg, tiny_train_cfg, weights as _weights)
+import txl_minimal.train as train_py
 from txl_minimal.checkpoint import load_checkpoint, state_sha256, weights_sha256
+from txl_minimal.devices import LossMeter
 from txl_minimal.evaluate import evaluate
+from txl_minimal.run_folder import Stop, TrainingDiverged, _unlogged
 from txl_minimal.train import LOCK, RUN_FILES, lr_at, main as train_main, train
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TXL_CORPUS="text8-mini")
@@ -29,6 +34,22 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREAD
 
 def snapshot(folder) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def without_times(log: Path) -> list[dict]:
+    """A log.csv's rows without their wall_time_s (the one column a resumed run cannot share)."""
+    return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in csv.DictReader(open(log))]
+
+
+def steps_logged(out: Path) -> list[int]:
+    return [int(r["step"]) for r in csv.DictReader(open(out / "log.csv"))]
+
+
+def wait_for_rows(log: Path, rows: int, seconds: float = 120) -> None:
+    """Wait until a training in another process has written more than ``rows`` rows to its log.csv."""
+    deadline = time.time() + seconds
+    while not (log.exists() and len(log.read_text().splitlines()) > rows) and time.time() < deadline:
+        time.sleep(0.05)
 
 
 def cli(out: Path, *args: str) -> list[str]:
@@ -140,9 +161,11 @@ def test_resume_is_bit_exact(tmp_path):
     # without the restored state the run really does differ (so the test can fail)
     fresh = train(tiny_cfg(), tiny_train_cfg(tmp_path / "c", seed=1), corpus, progress=False)
     assert not all(torch.equal(a[k], v) for k, v in _weights(fresh.model).items())
-    # the log was continued, not restarted, and records the lr actually used
+    # the log was continued, not restarted, and records the lr actually used; stop_at's extra row (7)
+    # gave way to the uninterrupted run's rows: the resumed log is the straight one's (but its times)
     rows = list(csv.DictReader(open(tmp_path / "b" / "log.csv")))
-    assert [int(r["step"]) for r in rows] == [2, 4, 6, 7, 8, 10, 12]
+    assert [int(r["step"]) for r in rows] == [2, 4, 6, 8, 10, 12]
+    assert without_times(tmp_path / "b" / "log.csv") == without_times(tmp_path / "a" / "log.csv")
     cfg = tiny_train_cfg(tmp_path)
     assert all(float(r["lr"]) == pytest.approx(lr_at(int(r["step"]), cfg), rel=1e-5) for r in rows)
 
@@ -182,6 +205,8 @@ def test_resume_of_a_finished_run_on_the_command_line_exits_0(tmp_path, capsys):
     argv[argv.index("4")] = "8"
     train_main([*argv, "--resume", "--stop-at", "3"])
     assert "is at step 4, already past --stop-at 3; nothing to train" in capsys.readouterr().out
+    train_main([*argv, "--resume", "--stop-at", "4"])
+    assert "is at step 4, already at --stop-at 4; nothing to train" in capsys.readouterr().out
     train_main([*argv, "--resume"])  # the advice works: on to step 8
     assert load_checkpoint(tmp_path / "ckpt.pt")["step"] == 8
 
@@ -283,10 +308,7 @@ def test_ctrl_c_saves_a_resumable_checkpoint_and_resume_is_bit_exact(tmp_path, m
     p = subprocess.Popen(cli(out, "--max-steps", str(steps), *args), env=ENV, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    log = out / "log.csv"
-    deadline = time.time() + 120
-    while not (log.exists() and len(log.read_text().splitlines()) > 3) and time.time() < deadline:
-        time.sleep(0.05)
+    wait_for_rows(out / "log.csv", 3)
     p.send_signal(signal.SIGINT)  # as Ctrl-C in the terminal does
     rc, err = p.wait(timeout=120), p.stderr.read()
     assert rc == 130, err
@@ -305,3 +327,166 @@ def test_ctrl_c_saves_a_resumable_checkpoint_and_resume_is_bit_exact(tmp_path, m
     for key in ("model", "optimizer"):
         assert state_sha256({key: a[key]}) == state_sha256({key: b[key]}), key  # bit-exact
     assert all(torch.equal(x, y) for x, y in zip(a["mems"], b["mems"]))
+    # the log too: the row after the interruption averages the steps before it as well (it used to
+    # average only those since the restart)
+    assert without_times(out / "log.csv") == without_times(tmp_path / "straight" / "log.csv")
+
+
+LONG_RUN = ["--max-steps", "3000", "--set", *TINY_SET, "log_interval=5", "eval_interval=1000"]
+
+
+def test_sigterm_saves_the_step_as_ctrl_c_does(tmp_path):
+    """A batch scheduler's pre-emption, `docker stop` and a lost Colab runtime send SIGTERM: it used to
+    end the process at once, losing every step since the last checkpoint."""
+    out = tmp_path / "run"
+    p = subprocess.Popen(cli(out, *LONG_RUN), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_rows(out / "log.csv", 3)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 128 + signal.SIGTERM, err  # the status of a process the signal ended
+    step = int(re.search(r"training interrupted at step (\d+) by SIGTERM: \S*ckpt.pt holds that step", err).group(1))
+    assert "Traceback" not in err and re.search(r"python -m txl_minimal.train .*--max-steps 3000 .*--resume$",
+                                                err.strip())
+    assert load_checkpoint(out / "ckpt.pt")["step"] == step >= steps_logged(out)[-1] and not (out / LOCK).exists()
+
+
+def test_a_closed_terminal_saves_the_step(tmp_path):
+    """Closing the terminal sends SIGHUP, and from then on every write to it fails (EIO): the run used to
+    end at once. Now it saves the step it stops at, saying nothing more, with SIGHUP's status."""
+    pty, termios, fcntl = (pytest.importorskip(m) for m in ("pty", "termios", "fcntl"))
+    out, (terminal, its_end) = tmp_path / "run", pty.openpty()
+    p = subprocess.Popen(cli(out, *LONG_RUN), env=ENV, stdin=its_end, stdout=its_end,
+                         stderr=its_end, start_new_session=True,  # the terminal's session, as a shell's child
+                         preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+    os.close(its_end)
+    log, deadline = out / "log.csv", time.time() + 120
+    while not (log.exists() and len(log.read_text().splitlines()) > 3) and time.time() < deadline:
+        if select.select([terminal], [], [], 0.05)[0]:
+            os.read(terminal, 1 << 16)  # what the terminal shows
+    os.close(terminal)  # the window closes
+    assert p.wait(timeout=120) == 128 + signal.SIGHUP
+    assert load_checkpoint(out / "ckpt.pt")["step"] >= steps_logged(out)[-1] and not (out / LOCK).exists()
+
+
+def test_a_second_ctrl_c_stops_at_once_in_one_line(tmp_path, monkeypatch, capsys):
+    """It printed a 20-line traceback (KeyboardInterrupt) and did not say what was kept."""
+    monkeypatch.setenv("TXL_CORPUS", "text8-mini")
+    argv = ["--out", str(tmp_path), "--no-progress", "--max-steps", "8", "--set", *TINY_SET, "eval_interval=4",
+            "warmup_steps=1"]
+    train_main([*argv, "--stop-at", "4"])
+    before = (tmp_path / "ckpt.pt").read_bytes()
+    real_add = LossMeter.add
+
+    def add_and_press_ctrl_c_twice(self, nll):
+        real_add(self, nll)
+        os.kill(os.getpid(), signal.SIGINT)  # the first: finish this step and save it
+        while not Stop.requested:  # (its handler has run)
+            pass
+        os.kill(os.getpid(), signal.SIGINT)  # the second, before the save: stop at once
+
+    monkeypatch.setattr(LossMeter, "add", add_and_press_ctrl_c_twice)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stopped:
+        train_main([*argv, "--resume"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 130 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        f"training stopped at once by a second Ctrl-C: no checkpoint of the step in progress was written; "
+        f"{tmp_path}/ckpt.pt holds step 4, the last checkpoint: --resume continues from it.")
+    assert (tmp_path / "ckpt.pt").read_bytes() == before and not (tmp_path / LOCK).exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler put back
+
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+
+
+def test_ctrl_c_and_divergence_under_torchrun(tmp_path):
+    """Ctrl-C under torchrun (2 processes, gloo) gave three tracebacks and no checkpoint: now every rank
+    stops at the same step, rank 0 saves it once and one message says how to resume (torchrun itself
+    still prints its own SignalException: torch's launcher, not this package). Resumed with lr=1e9,
+    both ranks stop at the first NaN, with one message, and the checkpoint stays the finite one."""
+    out = tmp_path / "ddp"
+    args = ["--max-steps", "3000", "--set", *TINY_SET, "log_interval=5", "eval_interval=1000", "amp=off"]
+    p = subprocess.Popen([*TORCHRUN, *cli(out, *args)[1:]], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    wait_for_rows(out / "log.csv", 3)
+    os.killpg(p.pid, signal.SIGINT)  # as Ctrl-C in a terminal: to torchrun and to both ranks
+    _, err = p.communicate(timeout=180)
+    assert err.count("training interrupted at step") == 1 and err.count("finishing this step") == 1, err
+    step = int(re.search(r"training interrupted at step (\d+): \S*ckpt.pt holds that step", err).group(1))
+    assert re.search(r"^  torchrun --nproc_per_node 2 -m txl_minimal.train .*--resume$", err, re.M)
+    assert "txl_minimal/" not in err and "KeyboardInterrupt" not in err, err  # no rank's traceback
+    ckpt = load_checkpoint(out / "ckpt.pt")
+    assert ckpt["step"] == step and len(ckpt["rng"]) == 2 and not (out / LOCK).exists()
+
+    before = (out / "ckpt.pt").read_bytes()
+    p = subprocess.run([*TORCHRUN, *cli(out, *args, "lr=1e9", "--resume")[1:]], cwd=ROOT, env=ENV,
+                       capture_output=True, text=True, timeout=180)
+    assert p.returncode != 0 and p.stderr.count("training diverged at step") == 1, p.stderr[-3000:]
+    assert f"ckpt.pt still holds step {step}" in p.stderr and "txl_minimal/" not in p.stderr
+    assert (out / "ckpt.pt").read_bytes() == before
+
+
+# 6. a diverging run: stopped, its last finite state kept ------------------------------------------
+
+def test_a_diverging_run_stops_and_keeps_its_last_finite_checkpoints(tmp_path, monkeypatch, capsys):
+    """Resumed with lr=1e9 a run printed "nan" and exited 0, having written a NaN ckpt.pt over the
+    finite one (and a third call was refused: the checkpoint held NaN)."""
+    corpus = synthetic_corpus(FOX)
+    train(tiny_cfg(), tiny_train_cfg(tmp_path, max_steps=4, eval_interval=4), corpus, progress=False)
+    before = snapshot(tmp_path)
+    with pytest.raises(TrainingDiverged, match=r"^training diverged at step 6: the training loss became nan .*"
+                                               r"ckpt.pt still holds step 4, the last finite state. Fix: .*"
+                                               r"--resume --set lr=1e\+08"):
+        train(tiny_cfg(), tiny_train_cfg(tmp_path, max_steps=12, lr=1e9), corpus, resume=True, progress=False)
+    after = snapshot(tmp_path)
+    assert after.pop("log.csv").startswith(before.pop("log.csv")) and after == before  # ckpt.pt, best.pt kept
+    res = train(tiny_cfg(), tiny_train_cfg(tmp_path, max_steps=12), corpus, resume=True, progress=False)
+    assert res.step == 12 and math.isfinite(res.valid_bpc)  # the advice works
+
+    monkeypatch.setenv("TXL_CORPUS", "text8-mini")
+    argv = ["--out", str(tmp_path / "cli"), "--no-progress", "--max-steps", "40", "--set", *TINY_SET,
+            "eval_interval=10", "warmup_steps=4"]
+    train_main([*argv, "--stop-at", "10"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stopped:
+        train_main([*argv, "lr=1e9", "--resume"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 1 and "Traceback" not in err
+    assert re.search(r"^error: training diverged at step \d+: .*ckpt.pt still holds step 10", err, re.M)
+    assert load_checkpoint(tmp_path / "cli" / "ckpt.pt")["step"] == 10
+
+
+def test_a_state_holding_nan_is_never_saved(tmp_path, monkeypatch):
+    """Between log rows the loss is not read (that would make a GPU wait at every step): a stop there
+    checks the weights, Adam's state and the memory before it saves."""
+    corpus = synthetic_corpus(FOX)
+    cfg = tiny_train_cfg(tmp_path, max_steps=40, eval_interval=4, log_interval=100)
+    train(tiny_cfg(), cfg, corpus, stop_at=4, progress=False)
+    before = snapshot(tmp_path)
+    real_add = LossMeter.add
+
+    def add_then_ctrl_c(self, nll):  # Ctrl-C at the third step after the resume, no row read since
+        real_add(self, nll)
+        Stop.requested = len(self.steps) == 3
+
+    monkeypatch.setattr(LossMeter, "add", add_then_ctrl_c)
+    with pytest.raises(TrainingDiverged, match=r"at step 7: NaN or inf in the weights .*ckpt.pt still holds step 4"):
+        train(tiny_cfg(), replace(cfg, lr=1e9), corpus, resume=True, progress=False)
+    assert snapshot(tmp_path) == before
+
+
+def test_a_nan_evaluation_of_finite_weights_is_said_and_not_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(train_py, "_valid_bpc", lambda *args: float("nan"))
+    with pytest.warns(UserWarning, match="evaluation at step 4 gave valid bpc nan although the weights are finite"):
+        res = train(tiny_cfg(), tiny_train_cfg(tmp_path, max_steps=4), synthetic_corpus(FOX), progress=False)
+    assert res.best_step == 0 and not (tmp_path / "best.pt").exists() and (tmp_path / "ckpt.pt").exists()
+
+
+def test_the_losses_since_the_last_row_resume_with_any_number_of_processes():
+    """ckpt.pt keeps each rank's losses since the last log row; resumed by as many processes each rank
+    takes its own, by another number the whole batch's mean of each step (the row's mean is the same)."""
+    saved = {"unlogged_nll": [[1.0, 2.0], [3.0, 6.0]]}  # two ranks, two steps since the row
+    assert [_unlogged(saved, rank, 2) for rank in (0, 1)] == [[1.0, 2.0], [3.0, 6.0]]
+    assert _unlogged(saved, 0, 1) == [2.0, 4.0] and _unlogged(saved, 3, 4) == [2.0, 4.0]
+    assert _unlogged({}, 0, 1) == [] and _unlogged({"unlogged_nll": [[], []]}, 0, 1) == []

@@ -18,7 +18,7 @@ import torch
 import txl_minimal
 from tiny import ROOT, cli_error, tiny_cfg, tiny_train_cfg
 from txl_minimal import text_file
-from txl_minimal.batching import LMOrderedIterator, check_long_enough
+from txl_minimal.batching import LMOrderedIterator, check_split
 from txl_minimal.checkpoint import load, load_checkpoint, save
 from txl_minimal.data import (UNKNOWN_CHAR, CorpusError, encode, generate_text, is_corpus_path, load_corpus,
                               load_text_file)
@@ -254,12 +254,12 @@ def test_txl_corpus_overrides_a_name_never_a_files_path(tmp_path, monkeypatch):
 
 def test_a_corpus_too_short_for_one_segment_per_column_is_said_before_training(tmp_path):
     path = write(tmp_path / "short.txt", "abcdefgh" * 40)  # 288 training characters
-    with pytest.raises(ValueError, match=r"training split holds 288 tokens: too few for batch_size 64 columns of "
-                                         r"tgt_len 8 \(\+1 target\) each, 576 tokens at least\. "
-                                         r"Fix: .*--batch-size 32"):
+    with pytest.raises(ValueError, match=r"the train split of .*short.txt holds 288 characters, too few for one "
+                                         r"training segment in each batch column: batch_size 64 x \(tgt_len 8 \+ 1\) "
+                                         r"= 576\. Fix: a smaller batch_size \(at most 32 for tgt_len 8\)"):
         train(tiny_cfg(), tiny_train_cfg(tmp_path / "run", corpus=str(path), batch_size=64), progress=False)
     assert not (tmp_path / "run" / "log.csv").exists()
-    check_long_enough(576, 64, 8)  # exactly enough: no error
+    check_split(576, "train", "short.txt", "character", 64, 8)  # exactly enough: no error
 
 
 def test_train_config_takes_a_path_and_the_file_settings(tmp_path):

@@ -4,12 +4,13 @@ each batch continues row b of the batch before, so the memory (Sec. 3.2) carries
     it = LMOrderedIterator(corpus.train, batch_size=22, tgt_len=512)
     for x, y in it: ...                        # (batch, seq) LongTensors, y = x shifted by one
     ids = as_ids(corpus.valid, limit=10_000)   # any ids as a new LongTensor on the CPU
-    check_long_enough(len(corpus.train), batch_size=22, tgt_len=512)   # a sentence, not an empty iterator
+    check_split(len(corpus.train), "train", corpus.name, batch_size=22, tgt_len=512)  # a sentence, not an empty iterator
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Optional
 
 import numpy as np
 import torch
@@ -34,21 +35,30 @@ def as_ids(data, limit: int | None = None) -> torch.Tensor:
     return data.detach().to("cpu", torch.long, copy=True)
 
 
-def check_long_enough(n_tokens: int, batch_size: int, tgt_len: int, what: str = "the training split") -> None:
-    """ValueError, with the fix, unless ``n_tokens`` fill ``batch_size`` columns of at least one
-    training segment each (tgt_len inputs and their targets: tgt_len + 1 tokens a column), which
-    LMOrderedIterator needs to serve one batch.
-
-        >>> check_long_enough(100, batch_size=4, tgt_len=32)  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        ValueError: the training split holds 100 tokens: too few for batch_size 4 columns of tgt_len 32...
-    """
+def check_split(n_tokens: int, split: str, corpus: str, unit: str = "token", batch_size: Optional[int] = None,
+                tgt_len: Optional[int] = None) -> None:
+    """ValueError naming the sizes and the fix unless a split of ``n_tokens`` can be read: for training
+    (``batch_size`` and ``tgt_len`` given), one full segment in each of the batch's columns, tgt_len + 1
+    tokens a column (LMOrderedIterator drops a shorter tail); for an evaluation, one prediction (2 tokens).
+    Checked before a training's first step: the split is read only later (the valid one at the first
+    evaluation), when the steps before it would be lost."""
+    if batch_size is None or tgt_len is None:
+        if n_tokens < 2:
+            raise ValueError(f"the {split} split of {corpus} holds {n_tokens} {unit}{'s' * (n_tokens != 1)}: its "
+                             f"evaluation needs at least 2 (one prediction). Fix: give the corpus a {split} split, "
+                             f"e.g. Corpus(name, train, valid, test) with a few thousand {unit}s of your text in each "
+                             "of valid and test")
+        return
     need = batch_size * (tgt_len + 1)
-    if n_tokens < need:
-        raise ValueError(f"{what} holds {n_tokens:,} tokens: too few for batch_size {batch_size} columns of tgt_len "
-                         f"{tgt_len} (+1 target) each, {need:,} tokens at least. Fix: a longer text, or a smaller "
-                         f"batch (--batch-size {max(1, n_tokens // (tgt_len + 1))}) or segment (--set tgt_len=...)")
+    if n_tokens >= need:
+        return
+    fixes = [f"a smaller batch_size (at most {n_tokens // (tgt_len + 1):,} for tgt_len {tgt_len:,})"
+             if n_tokens // (tgt_len + 1) else "",
+             f"a smaller tgt_len (at most {n_tokens // batch_size - 1:,} for batch_size {batch_size:,})"
+             if n_tokens // batch_size > 1 else "", f"a longer {split} split"]
+    raise ValueError(f"the {split} split of {corpus} holds {n_tokens:,} {unit}s, too few for one training segment in "
+                     f"each batch column: batch_size {batch_size:,} x (tgt_len {tgt_len:,} + 1) = {need:,}. Fix: "
+                     + ", or ".join(f for f in fixes if f))
 
 
 class LMOrderedIterator:

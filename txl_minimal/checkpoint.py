@@ -37,7 +37,8 @@ import torch
 from txl_minimal.data import VOCAB, WORD_CORPORA
 from txl_minimal.model import TransformerXL, TXLConfig
 from txl_minimal.safetensors_io import load_file, to_bytes
-from txl_minimal.utils import atomic_write, check_device, check_shipped, non_finite
+from txl_minimal.utils import (atomic_write, check_device, check_shipped, non_finite, refuse_empty_path,
+                               training_now)
 
 PRETRAINED_DIR = Path(__file__).resolve().with_name("pretrained")  # the models shipped with the package
 NAMES = ("txl", "vanilla", "txl-tiny", "vanilla-tiny")  # see pretrained.py
@@ -111,6 +112,7 @@ def save_checkpoint(state: dict, path: str | Path) -> None:
     checksums of its ``model`` weights and of everything in it, which ``load_checkpoint`` verifies:
     torch.save, or for a path ending in .safetensors the weights as tensors and every other entry as
     JSON in the file's metadata (no pickle). A full disk is a ``utils.WriteError`` saying so."""
+    refuse_empty_path(path, "the checkpoint's path")
     state = _with_checksums(state)
     if Path(path).suffix == SAFETENSORS:
         raw = _safetensors_bytes(state, path)
@@ -189,6 +191,7 @@ def load_checkpoint(path: str | Path, model_cfg: Optional[TXLConfig] = None,
                     map_location: str | torch.device = "cpu") -> dict:
     """Load a checkpoint safely (weights_only=True), verify its weights' checksum and, if
     given, its model config. A damaged or incomplete file raises ``ValueError``."""
+    refuse_empty_path(path, "the checkpoint's path")
     if not Path(path).exists():
         raise FileNotFoundError(f"no checkpoint at {path}. Fix: check the path (--out, or the "
                                 "checkpoint evaluated), or drop --resume to start afresh.")
@@ -394,6 +397,7 @@ def run_checkpoint(run_dir: str | Path, last: bool = False) -> Path:
 def checkpoint_file(target: str | Path, last: bool = False) -> Path:
     """A shipped name (txl | vanilla), a run directory (its best.pt, or with ``last`` or without
     one its ckpt.pt: ``run_checkpoint``) or a checkpoint file."""
+    refuse_empty_path(target, "the checkpoint")
     if last and (str(target) in NAMES or not Path(target).is_dir()):
         raise ValueError(f"last=True (--last) picks a run directory's last state, ckpt.pt, over its best.pt; "
                          f"{target} is not a run directory. Fix: drop --last, or pass the run's --out folder.")
@@ -402,6 +406,10 @@ def checkpoint_file(target: str | Path, last: bool = False) -> Path:
     path = Path(target)
     if path.is_dir():
         chosen = run_checkpoint(path, last)
+        if not chosen.exists() and (running := training_now(path)):  # (its lock: OUT/train.lock)
+            raise FileNotFoundError(f"{running}, and has written no checkpoint yet, so there is no model to "
+                                    "evaluate. Fix: wait for its first checkpoint (log.csv shows its steps), or pass "
+                                    "another run's folder.")
         if not chosen.exists() and (path / "log.csv").exists():
             if last and (path / BEST).is_file():
                 raise FileNotFoundError(f"{path} has no ckpt.pt (its last state), which --last asks for. Fix: drop "

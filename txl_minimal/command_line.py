@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
+import warnings
+from collections.abc import Iterator
 from typing import Optional
 
 from txl_minimal.data import CORPORA, UNITS
 from txl_minimal.devices import COMPILE_MODES
 from txl_minimal.run_folder import TrainResult
-from txl_minimal.utils import int_at_least
+from txl_minimal.utils import Once, int_at_least
 
 BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 
@@ -19,6 +22,7 @@ def parser(description: str, presets: list[str], amps: tuple[str, ...]) -> argpa
     """The flags: --preset (one of ``presets``), a few settings by name, and any field by --set."""
     p = argparse.ArgumentParser(prog="python -m txl_minimal.train", description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.register("action", None, Once)  # a flag given twice with two values is refused, not the last kept
     p.add_argument("--preset", default="cpu-tiny", choices=presets)
     p.add_argument("--out", help="run directory (ckpt.pt, log.csv)")
     p.add_argument("--max-steps", type=int_at_least(1))
@@ -33,9 +37,9 @@ def parser(description: str, presets: list[str], amps: tuple[str, ...]) -> argpa
                    help="torch.compile each segment on any device (TrainConfig.compile; its default, 'auto', "
                         "compiles on CUDA only; --set compile=reduce-overhead: CUDA graphs too)")
     p.add_argument("--amp", choices=amps, help="autocast: auto (bf16 where measured faster), bf16, fp16, off")
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+    p.add_argument("--set", nargs="*", action="extend", default=[], metavar="KEY=VALUE",
                    help="any TXLConfig/TrainConfig field, e.g. attn_type=abs mem_len=0 (the vanilla baseline), "
-                        "lr=5e-4, amp=bf16, seed=1, compile=true")
+                        "lr=5e-4, amp=bf16, seed=1, compile=true; may be given more than once")
     again = p.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true", help="continue the run in OUT (from OUT/ckpt.pt)")
     again.add_argument("--overwrite", action="store_true", help="replace the run in OUT (its ckpt.pt, log.csv)")
@@ -51,13 +55,29 @@ def overrides(args: argparse.Namespace, field_types: dict[str, str]) -> dict:
     changed = {k: v for k, v in dict(out=args.out, max_steps=args.max_steps, batch_size=args.batch_size,
                                      corpus=args.corpus, unit=args.unit, device=args.device, amp=args.amp,
                                      compile=args.compile or None).items() if v is not None}
+    flag_of = {k: f"--{k.replace('_', '-')} {v}" for k, v in changed.items()}
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep:
             raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
         key = key.replace("-", "_")
-        changed[key] = parse_value(key, value, field_types)
+        parsed = parse_value(key, value, field_types)
+        if key in changed and (changed[key] != parsed or type(changed[key]) is not type(parsed)):
+            raise ValueError(f"{key} is set twice, by {flag_of[key]} and by --set {item}: which one? Fix: give it once")
+        changed[key], flag_of[key] = parsed, f"--set {item}"
     return changed
+
+
+@contextlib.contextmanager
+def one_line_warnings() -> Iterator[None]:
+    """A command's warnings as one line each, "warning: ...", not the file, line and source line that
+    Python adds for a library call."""
+    before = warnings.formatwarning
+    warnings.formatwarning = lambda message, category, *args, **kwargs: f"warning: {message}\n"
+    try:
+        yield
+    finally:
+        warnings.formatwarning = before
 
 
 def parse_value(key: str, text: str, field_types: dict[str, str]):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from txl_minimal.batching import LMOrderedIterator, as_ids
+from txl_minimal.batching import LMOrderedIterator, as_ids, check_split
 from txl_minimal.enwik8 import ENWIK8, Enwik8Source, decode_bytes, encode_bytes, load_enwik8
 from txl_minimal.text8 import (MINI_HINT, MINI_PATH, REPO_DATA, TEXT8, VOCAB, VOCAB_SIZE, Corpus, CorpusError,
                                Text8Source, decode, default_text8_dir, encode, load_text8, load_text8_mini,
@@ -45,7 +45,7 @@ __all__ = ["CORPORA", "WORD_CORPORA", "load_corpus", "generate_text", "is_corpus
            # enwik8.py
            "ENWIK8", "Enwik8Source", "load_enwik8", "encode_bytes", "decode_bytes",
            # batching.py
-           "LMOrderedIterator", "as_ids"]
+           "LMOrderedIterator", "as_ids", "check_split"]
 
 
 def generate_text(model: torch.nn.Module, prompt: str, n_new: int, **kwargs) -> str:

@@ -313,18 +313,27 @@ def wrap(model: TransformerXL, cfg, device: torch.device, world: int, say: bool)
 
 class LossMeter:
     """The mean NLL of each step since the last log row, kept on the device and read back once
-    per row: a ``.item()`` per step would make the CPU wait for the GPU at every step."""
+    per row: a ``.item()`` per step would make the CPU wait for the GPU at every step. ``restored``:
+    the values of the steps before a resume since its last row (a checkpoint keeps them, ``pending``),
+    so that the first row after a resume averages what an uninterrupted run's does."""
 
-    def __init__(self):
+    def __init__(self, restored: Optional[list[float]] = None):
         self.steps: list[torch.Tensor] = []
+        self.restored = list(restored or [])
 
     def add(self, nll: torch.Tensor) -> None:
         self.steps.append(nll.detach().mean())
 
-    def mean(self, world: int, device: torch.device) -> float:
-        """The row's mean over the whole batch (every rank's), as the per-step floats always gave it."""
-        losses = torch.stack(self.steps).tolist()  # the row's one read back from the device
-        self.steps = []
+    def pending(self) -> list[float]:
+        """This rank's value of every step since the last row (read back from the device: at a save)."""
+        return self.restored + (torch.stack(self.steps).tolist() if self.steps else [])
+
+    def mean(self, world: int, device: torch.device, reset: bool = True) -> float:
+        """The row's mean over the whole batch (every rank's), as the per-step floats always gave it;
+        ``reset=False`` (a row an uninterrupted run would not write: stop_at's) keeps the steps for the next."""
+        losses = self.pending()  # the row's one read back from the device
+        if reset:
+            self.steps, self.restored = [], []
         return _mean_loss(losses, world, device)
 
 
@@ -353,6 +362,42 @@ def gather_objects(obj, world: int) -> list:
     objs = [None] * world
     dist.all_gather_object(objs, obj)
     return objs
+
+
+class RankVote:
+    """What every rank of a torchrun launch decides alike (one process: its own value). ``any`` is
+    asked at every step: each step's value is all-reduced without waiting and read one step later,
+    on a CPU (gloo) group, so that no step waits for the other ranks, nor for a GPU; ``all`` waits
+    (at a save). Every rank calls them in the same order."""
+
+    def __init__(self, world: int):
+        self.world, self.pending = world, None
+        self.group = dist.new_group(backend="gloo") if world > 1 else None
+
+    def any(self, local: bool) -> bool:
+        """Whether some rank's ``local`` was true one step ago (one process: ``local`` now)."""
+        if self.world == 1:
+            return local
+        agreed = self.close()
+        flag = torch.tensor([int(local)])
+        self.pending = (dist.all_reduce(flag, dist.ReduceOp.MAX, group=self.group, async_op=True), flag)
+        return agreed
+
+    def all(self, local: bool) -> bool:
+        """Whether ``local`` is true on every rank, now."""
+        if self.world == 1:
+            return local
+        flag = torch.tensor([int(local)])
+        dist.all_reduce(flag, dist.ReduceOp.MIN, group=self.group)
+        return bool(flag.item())
+
+    def close(self) -> bool:
+        """The vote ``any`` sent last, once every rank has sent it (before the process group ends)."""
+        if self.pending is None:
+            return False
+        (work, flag), self.pending = self.pending, None
+        work.wait()
+        return bool(flag.item())
 
 
 def check_replicas_agree(model: TransformerXL, world: int) -> None:

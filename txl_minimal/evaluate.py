@@ -33,7 +33,8 @@ from txl_minimal.checkpoint import (BEST, NAMES, checkpoint_file, checkpoint_voc
                                     model_from_checkpoint, unwrap, vocab_entry)
 from txl_minimal.data import CORPORA, CorpusError, as_ids, is_corpus_path, load_corpus
 from txl_minimal.model import TransformerXL, TXLOutput
-from txl_minimal.utils import LN2, check_device, int_at_least, score_name, score_of, terminal_progress
+from txl_minimal.utils import (LN2, Once, callable_module, check_device, int_at_least, score_name, score_of,
+                               terminal_progress)
 from txl_minimal.validation import as_int
 
 
@@ -413,6 +414,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     """The command line: print one checkpoint's bpc, or perplexity on words (see the module docstring)."""
     p = argparse.ArgumentParser(prog="python -m txl_minimal.evaluate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.register("action", None, Once)  # a flag given twice with two values is refused, not the last kept
     p.add_argument("checkpoint", metavar="CKPT", help="txl | vanilla (shipped), a run directory or a checkpoint file")
     p.add_argument("--split", choices=("train", "valid", "test"), default="valid")
     p.add_argument("--corpus", metavar="NAME_OR_FILE",
@@ -452,6 +454,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     if not math.isfinite(r["loss"]):  # exit 1, so that a script or CI notices
         sys.exit(f"error: {name} {r[name]} is not finite: the weights hold NaN or inf (a diverged run?). "
                  "Fix: evaluate an earlier checkpoint, or train again with a lower lr.")
+
+
+callable_module(__name__)  # `from txl_minimal import evaluate` gives this module: evaluate(...) calls evaluate.evaluate
 
 
 if __name__ == "__main__":

@@ -45,8 +45,8 @@ from txl_minimal.checkpoint import (CHECKSUM, LOG_HEADER, NAMES, PRETRAINED_DIR,
 from txl_minimal.data import VOCAB, CorpusError, load_corpus
 from txl_minimal.evaluate import evaluate, sliding_window_eval
 from txl_minimal.model import TransformerXL
-from txl_minimal.utils import (LN2, MANIFEST, WriteError, check_shipped, read_json, shipped_fix, terminal_progress,
-                               write_shipped)
+from txl_minimal.utils import (LN2, MANIFEST, Once, WriteError, check_shipped, read_json, shipped_fix,
+                               refuse_empty_path, terminal_progress, training_now, write_shipped)
 
 # name -> evaluations reported in NAME.json: (label, function, keyword arguments).
 # "segments": evaluate.evaluate, batch_size 1 so every token has the longest context.
@@ -119,9 +119,13 @@ def _shipped_state(run_dir: str | Path, name: str, last: bool = False) -> tuple[
     after checking everything --ship needs: both files, a checkpoint that loads, a log that is
     the run's, characters (the shipped models are scored on text8-mini). Nothing is written."""
     _check_name(name)
+    refuse_empty_path(run_dir, "--ship's RUN_DIR")
     run_dir = Path(run_dir)
     source = run_checkpoint(run_dir, last)
     missing = [f for f in (source.name, "log.csv") if not (run_dir / f).is_file()]
+    if missing and (running := training_now(run_dir)):
+        raise FileNotFoundError(f"{running}, and has no {' and no '.join(missing)} yet: --ship copies a finished "
+                                "run's (nothing was changed). Fix: wait for it to end, then ship it.")
     if missing:
         raise FileNotFoundError(f"{run_dir}/ has no {' and no '.join(missing)}: --ship copies a finished run's "
                                 "ckpt.pt and log.csv (nothing was changed). Fix: pass the --out folder of a "
@@ -292,6 +296,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     """The command line: ship a run as txl/vanilla, or recompute a shipped NAME.json."""
     p = argparse.ArgumentParser(prog="python -m txl_minimal.pretrained", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.register("action", None, Once)  # a flag given twice with two values is refused, not the last kept
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--ship", metavar="RUN_DIR", help="export RUN_DIR/best.pt (the best validation state; "
                       "--last or none: ckpt.pt) and log.csv as the shipped model --name, then recompute NAME.json")
@@ -302,6 +307,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--last", action="store_true", help="--ship the run's last state, ckpt.pt, not its best.pt")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
+    if args.ship is not None and not args.ship.strip():  # ("" would read as no --ship: the --update-json branch)
+        p.error("--ship is an empty path, which would mean the current folder. Fix: name the run's --out folder")
     if args.ship and not args.name:
         p.error("--ship needs --name txl or --name vanilla")
     if args.update_json and args.name:

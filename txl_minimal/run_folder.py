@@ -29,10 +29,10 @@ import torch
 
 from txl_minimal.checkpoint import (BEST, LAST, ConfigMismatch, describe_vocab, load, load_checkpoint, rng_state,
                                     save_checkpoint, set_rng_state)
-from txl_minimal.devices import distributed, gather, gather_objects
+from txl_minimal.devices import RankVote, distributed, gather, gather_objects
 from txl_minimal.model import TransformerXL, TXLConfig
-from txl_minimal.utils import (LN2, NO_SPACE, WriteError, atomic_write, remove_leftovers, score_name, score_of,
-                               write_problem)
+from txl_minimal.utils import (LN2, NO_SPACE, WriteError, all_finite, atomic_write, lock_is_stale, non_finite,
+                               read_lock, remove_leftovers, score_name, score_of, write_problem)
 
 CSV_COLUMNS = ("step", "tokens", "wall_time_s", "lr", "train_loss", "train_bpc", "valid_bpc")
 RUN_FILES = (LAST, "log.csv", BEST)  # what a run writes in its --out directory
@@ -121,27 +121,110 @@ def start_writing(out_dir: Path, resume: bool, overwrite: bool, step: int, rank:
     return CSVLog(out_dir / "log.csv", resume, step, write=rank == 0)
 
 
-class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C during ``train``: the step in progress was finished and saved in ``path``."""
+# The signals that stop a training as Ctrl-C does (the step finished and saved, the --resume command
+# printed, the exit status 128 + the signal's number): a batch scheduler's pre-emption, `docker stop` and
+# a lost Colab runtime send SIGTERM, a closed terminal SIGHUP.
+STOP_SIGNALS = {getattr(signal, name): said for name, said in
+                (("SIGINT", "Ctrl-C"), ("SIGTERM", "SIGTERM"), ("SIGHUP", "SIGHUP")) if hasattr(signal, name)}
 
-    def __init__(self, step: int, path: Path):
-        super().__init__(f"training interrupted at step {step}: {path} holds that step. "
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM, SIGHUP: ``signum``) during ``train``: the step in progress was finished and
+    saved in ``path``. ``status``: the exit status of a process stopped by that signal."""
+
+    def __init__(self, step: int, path: Path, signum: Optional[int] = None):
+        signum = signal.SIGINT if signum is None else signum
+        by = "" if signum == signal.SIGINT else f" by {STOP_SIGNALS.get(signum, signum)}"
+        super().__init__(f"training interrupted at step {step}{by}: {path} holds that step. "
                          "Resume with --resume (train(..., resume=True)), which continues bit-exactly.")
-        self.step, self.path = step, path
+        self.step, self.path, self.status = step, path, 128 + int(signum)
+
+
+class TrainingStoppedAtOnce(KeyboardInterrupt):
+    """A second Ctrl-C (SIGTERM, SIGHUP) during ``train``: it stopped at once, saving nothing more."""
+
+    def __init__(self, path: Path, signum: int):
+        step = saved_step(path)
+        kept = (f"{path} holds step {step}, the last checkpoint: --resume continues from it" if step is not None
+                else f"no checkpoint was saved before it ({path} does not exist)")
+        super().__init__(f"training stopped at once by a second {STOP_SIGNALS.get(signum, signum)}: no checkpoint "
+                         f"of the step in progress was written; {kept}.")
+        self.path, self.status = path, 128 + int(signum)
+
+
+class TrainingDiverged(FloatingPointError):
+    """A NaN or inf in the training loss, or in the state a checkpoint would hold, at ``step``: nothing
+    of it was saved, so that ``path`` (OUT/ckpt.pt, at ``last_step``; None: none yet) stays the last
+    finite state."""
+
+    def __init__(self, step: int, what: str, path: Path, last_step: Optional[int], lr: float, amp: str = "off"):
+        lower = f"{lr / 10:g}"
+        if last_step is None:
+            kept = "no checkpoint was saved before it"
+            fix = (f"train afresh with a lower learning rate, --overwrite --set lr={lower} "
+                   f"(train(..., overwrite=True) with TrainConfig.lr={lower})")
+        else:
+            kept = f"{path} still holds step {last_step}, the last finite state"
+            fix = (f"resume from it with a lower learning rate, --resume --set lr={lower} "
+                   f"(train(..., resume=True) with TrainConfig.lr={lower})")
+        fp16 = "; in fp16 a value may overflow too: --set amp=bf16 (or off)" if amp == "fp16" else ""
+        super().__init__(f"training diverged at step {step}: {what}. Nothing of it was saved: {kept}. Fix: {fix}; "
+                         f"this run's lr is {lr:g} (a longer warm-up, warmup_steps, helps too){fp16}")
+        self.step, self.path, self.last_step = step, path, last_step
 
 
 class Stop:
-    """Set by the first Ctrl-C (SIGINT) while ``train`` runs: the loop saves after the current step."""
+    """Set by the first stop signal (Ctrl-C, SIGTERM, SIGHUP: ``signum``) while ``train`` runs: the loop
+    saves after the current step."""
 
     requested = False
+    signum: Optional[int] = None
 
 
-def _on_sigint(signum, frame) -> None:
-    if Stop.requested:  # a second Ctrl-C: stop at once, without a checkpoint
-        raise KeyboardInterrupt
-    Stop.requested = True
-    print("\nCtrl-C: finishing this step and saving a checkpoint (Ctrl-C again to stop without one)",
-          file=sys.stderr, flush=True)
+class _StopAtOnce(KeyboardInterrupt):
+    """A second stop signal, raised where the training is (``one_run_per_out`` says what it left)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def say(text: str) -> None:
+    """A line on stderr; where the terminal has gone (SIGHUP: writing fails), the output goes to
+    /dev/null from now on, so that the training can still save its step and end."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except OSError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for fd in (1, 2):
+            os.dup2(devnull, fd)
+        os.close(devnull)
+
+
+def _stop_handler(rank: int, launched: bool):
+    """The handler of STOP_SIGNALS: the first asks the loop to save and stop, said by rank 0; a second
+    stops at once (one process). Under torchrun (``launched``) a second is ignored: its launcher passes
+    on the signal that the terminal sent to every process already, and the ranks stop together."""
+    def handle(signum, frame) -> None:
+        if Stop.requested:
+            if not launched:
+                raise _StopAtOnce(signum)
+            return
+        Stop.requested, Stop.signum = True, signum
+        if rank == 0:
+            said = STOP_SIGNALS.get(signum, str(signum))
+            again = "" if launched else f" ({said} again to stop without one)"
+            say(f"\n{said}: finishing this step and saving a checkpoint{again}")
+    return handle
+
+
+def _catch_stop_signals(rank: int) -> dict:
+    """Install ``_stop_handler`` for each of STOP_SIGNALS that is not ignored (a process started with
+    nohup, or in the background, keeps ignoring it); the handlers it replaced. Only the main thread may."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    handler = _stop_handler(rank, launched="RANK" in os.environ)
+    return {s: signal.signal(s, handler) for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
 
 
 def _check_out_is_folder(out_dir: Path) -> None:
@@ -154,52 +237,24 @@ def _check_out_is_folder(out_dir: Path) -> None:
             return
 
 
-def _read_lock(path: Path) -> Optional[dict]:
-    """The holder a lock file names, or None if it is unreadable (waits 1 s for a lock being written)."""
-    for _ in range(10):
-        try:
-            holder = json.loads(path.read_text())
-            if isinstance(holder, dict) and {"pid", "host", "started"} <= set(holder):
-                return holder
-        except FileNotFoundError:
-            return {}
-        except (ValueError, OSError):
-            pass
-        time.sleep(0.1)
-    return None
-
-
-def _is_stale(holder: Optional[dict]) -> bool:
-    """A lock nobody holds any more: unreadable, or its process on this host has ended."""
-    if holder is None:
-        return True
-    if holder.get("host") != socket.gethostname():
-        return False  # another machine's process: we cannot tell
-    try:
-        os.kill(int(holder["pid"]), 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, ValueError, OverflowError):  # PermissionError: alive, another user's
-        pass
-    return False
-
-
-def _lock_out(out_dir: Path) -> Path:
-    """Create OUT/train.lock with O_CREAT|O_EXCL, holding this process's pid, host and start time:
+def _lock_out(out_dir: Path, first_checkpoint: Optional[int] = None) -> Path:
+    """Create OUT/train.lock with O_CREAT|O_EXCL, holding this process's pid, host and start time (and
+    the step of its first checkpoint, which ``utils.training_now`` tells a user who asks for one):
     of two trainings started together exactly one gets it, the other gets a FileExistsError
     naming the holder. A lock whose process has ended (killed, crashed) is taken over, with a message."""
     _check_out_is_folder(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / LOCK
-    me = dict(pid=os.getpid(), host=socket.gethostname(), started=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
+    me = dict(pid=os.getpid(), host=socket.gethostname(), started=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+              first_checkpoint=first_checkpoint)
     for _ in range(3):
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            holder = _read_lock(path)
+            holder = read_lock(path)
             if holder == {}:  # released while we looked
                 continue
-            if not _is_stale(holder):
+            if not lock_is_stale(holder):
                 raise FileExistsError(
                     f"{out_dir}/ is in use by another training (pid {holder['pid']} on {holder['host']}, started "
                     f"{holder['started']}; see {path}). Fix: wait for it to end, or use another --out; if that "
@@ -207,7 +262,7 @@ def _lock_out(out_dir: Path) -> Path:
             what = "an unreadable lock" if holder is None else \
                 f"the lock of pid {holder['pid']} (started {holder['started']}), which is no longer running"
             print(f"{out_dir}/: taking over {what}", file=sys.stderr, flush=True)
-            if _read_lock(path) == holder:  # not replaced meanwhile by a live run
+            if read_lock(path) == holder:  # not replaced meanwhile by a live run
                 path.unlink(missing_ok=True)
             continue
         try:
@@ -222,12 +277,13 @@ def _lock_out(out_dir: Path) -> Path:
 
 def _unlock(path: Path) -> None:
     """Remove our lock (not one another process has taken over since)."""
-    if (_read_lock(path) or {}).get("pid") == os.getpid():
+    if (read_lock(path) or {}).get("pid") == os.getpid():
         path.unlink(missing_ok=True)
 
 
 def one_run_per_out(train_fn):
-    """``train`` holding OUT/train.lock (rank 0), with Ctrl-C saving the step in progress (one process)."""
+    """``train`` holding OUT/train.lock (rank 0), with Ctrl-C, SIGTERM and SIGHUP saving the step in
+    progress (every rank; a second one stops at once: ``TrainingStoppedAtOnce``)."""
     @functools.wraps(train_fn)
     def run(model_cfg: TXLConfig, cfg, *args, **kwargs) -> TrainResult:
         replace(cfg)  # an impossible config is refused before anything is written
@@ -235,7 +291,7 @@ def one_run_per_out(train_fn):
         out_dir = Path(cfg.out)
         created = not out_dir.exists()
         try:
-            lock = _lock_out(out_dir) if rank == 0 else None
+            lock = _lock_out(out_dir, min(cfg.eval_interval, cfg.max_steps)) if rank == 0 else None
         except OSError as e:  # a read-only or forbidden folder: not a traceback from mkdir
             problem = write_problem(e, out_dir / LOCK)
             if problem is None:
@@ -244,16 +300,16 @@ def one_run_per_out(train_fn):
                    "choose a folder you can write to with --out (TrainConfig.out)")
             raise WriteError(f"cannot write in --out {out_dir} ({problem.reason}). Fix: {fix}",
                              problem.errno, problem.reason) from None
-        catch = (world == 1 and threading.current_thread() is threading.main_thread()
-                 and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN)  # started to ignore Ctrl-C: keep that
-        previous = signal.signal(signal.SIGINT, _on_sigint) if catch else None
-        Stop.requested = False
+        previous = _catch_stop_signals(rank)
+        Stop.requested, Stop.signum = False, None
         try:
             return train_fn(model_cfg, cfg, *args, **kwargs)
+        except _StopAtOnce as e:
+            raise TrainingStoppedAtOnce(out_dir / LAST, e.signum) from None
         finally:
-            if catch:
-                signal.signal(signal.SIGINT, previous)
-            Stop.requested = False
+            for signum, handler in previous.items():
+                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+            Stop.requested, Stop.signum = False, None
             if lock is not None:
                 _unlock(lock)
                 if created and not any(out_dir.iterdir()):  # refused before writing: leave no trace
@@ -262,9 +318,12 @@ def one_run_per_out(train_fn):
 
 
 def resume_command(argv: list[str]) -> str:
-    """The command line that continues an interrupted one."""
+    """The command line that continues an interrupted one (under torchrun, with as many processes)."""
     args = [a for a in argv if a not in ("--overwrite", "--resume")]
-    return shlex.join([sys.executable.rsplit("/", 1)[-1], "-m", "txl_minimal.train", *args, "--resume"])
+    world = distributed()[1]
+    launch = ["torchrun", "--nproc_per_node", str(world)] if "RANK" in os.environ else \
+        [sys.executable.rsplit("/", 1)[-1]]
+    return shlex.join([*launch, "-m", "txl_minimal.train", *args, "--resume"])
 
 # ----------------------------------------------------------------------------- checkpoints and resume
 
@@ -275,13 +334,18 @@ class Checkpoints:
     """OUT/ckpt.pt and OUT/best.pt of one training: the ``parts`` a checkpoint restores (model,
     optimizer, scheduler, scaler), the ``configs`` it records, the best periodic evaluation so far
     (``best``, kept in ckpt.pt so that a resumed run replaces best.pt only when an uninterrupted one
-    would), and the run's wall time across resumes (``elapsed``; ``wall_time_s``). Every rank calls
-    ``save`` (it gathers); rank 0 writes."""
+    would), the run's wall time across resumes (``elapsed``; ``wall_time_s``), the step of the last
+    checkpoint (``saved``) and each rank's training losses since the last log row (``unlogged``, so
+    that the first row after a resume is an uninterrupted run's). Every rank calls ``save`` (it
+    gathers); rank 0 writes. ``vote``: what the ranks decide together (devices.RankVote)."""
 
     def __init__(self, out_dir: Path, parts: dict, configs: dict, rank: int, world: int):
         self.last, self.best_path = out_dir / LAST, out_dir / BEST
         self.parts, self.configs, self.rank, self.world = parts, configs, rank, world
         self.best, self.elapsed, self.started = dict(NO_BEST), 0.0, time.perf_counter()
+        self.saved: Optional[int] = None
+        self.unlogged: list[float] = []
+        self.vote = RankVote(world)
 
     def restore(self, ckpt: Optional[dict], cfg, device: torch.device) -> tuple[int, int, int, Optional[list]]:
         """(step, epoch, segment, this rank's rows of the memory) to go on from: a fresh run's start
@@ -292,6 +356,7 @@ class Checkpoints:
         step, epoch, segment, self.elapsed, mems, self.best = _resume(ckpt, self.last, self.configs, self.parts,
                                                                       self.rank, self.world, device)
         follow_schedule(self.parts["optimizer"], self.parts["scheduler"], cfg)
+        self.saved, self.unlogged = step, _unlogged(ckpt, self.rank, self.world)
         return step, epoch, segment, mems
 
     def start_clock(self) -> None:
@@ -303,16 +368,52 @@ class Checkpoints:
         return self.elapsed + time.perf_counter() - self.started
 
     def save(self, step: int, epoch: int, segment: int, mems: Optional[list[torch.Tensor]],
-             valid_bpc: Optional[float] = None) -> None:
-        """OUT/ckpt.pt: the state after ``step``, which --resume continues bit-exactly. With ``valid_bpc``
-        (a periodic evaluation's, known on rank 0), first OUT/best.pt, which ckpt.pt names, if it is
-        the best so far."""
+             valid_bpc: Optional[float] = None, unlogged: Optional[list[float]] = None) -> None:
+        """OUT/ckpt.pt: the state after ``step``, which --resume continues bit-exactly (``unlogged``: this
+        rank's losses since the last log row, ``LossMeter.pending``). With ``valid_bpc`` (a periodic
+        evaluation's, known on rank 0), first OUT/best.pt, which ckpt.pt names, if it is the best so far.
+        A state holding NaN or inf is never saved: ``TrainingDiverged`` instead, on every rank."""
         self.elapsed, self.started = self.wall_time_s(), time.perf_counter()
+        problem = self._non_finite(mems)
+        if not self.vote.all(problem is None):
+            raise self.diverged(step, problem or "another rank's memory holds NaN or inf")
+        if valid_bpc is not None and self.rank == 0 and not math.isfinite(valid_bpc):
+            warnings.warn(f"the evaluation at step {step} gave valid bpc {valid_bpc} although the weights are finite "
+                          "(it is not kept as best.pt). Fix: evaluate in fp32, --set amp=off", stacklevel=3)
         if valid_bpc is not None and self.rank == 0 and _improves(valid_bpc, self.best):
-            self.best = dict(step=step, valid_bpc=valid_bpc)
-            _save_best(self.best_path, self.parts["model"], self.configs, step, valid_bpc, self.elapsed)
+            self._save_best(step, valid_bpc)
         _save(self.last, self.parts, self.configs, step, epoch, segment, mems, self.elapsed, self.rank, self.world,
-              self.best)
+              self.best, unlogged or [])
+        self.saved = step
+
+    def _save_best(self, step: int, valid_bpc: float) -> None:
+        """OUT/best.pt of a new best evaluation; a failed write says what is kept and that --resume goes on."""
+        try:
+            _save_best(self.best_path, self.parts["model"], self.configs, step, valid_bpc, self.elapsed)
+        except WriteError as e:
+            earlier = (f"best.pt of step {self.best['step']}" if self.best["step"] else "no best.pt yet")
+            raise WriteError(f"{_write_failed(self.best_path, step, e)} (a new best valid bpc). Kept: {earlier}. "
+                             f"{_last_checkpoint(self.last)} Fix: free some disk space (or make "
+                             f"{self.best_path.parent} writable), then run the same command with --resume",
+                             e.errno, e.reason) from None
+        self.best = dict(step=step, valid_bpc=valid_bpc)
+
+    def _non_finite(self, mems: Optional[list[torch.Tensor]]) -> Optional[str]:
+        """What holds NaN or inf among the weights, Adam's state and the memory (one read back per
+        device: a save reads them all anyway), or None."""
+        weights = self.parts["model"].state_dict()
+        adam = {f"{key} of parameter {i}": t for i, state in enumerate(self.parts["optimizer"].state.values())
+                for key, t in state.items() if isinstance(t, torch.Tensor)}
+        memory = {f"of layer {i}": m for i, m in enumerate(mems or [])}
+        if all_finite([*weights.values(), *adam.values(), *memory.values()]):
+            return None
+        return (non_finite(weights, "the weights") or non_finite(adam, "Adam's state")
+                or non_finite(memory, "the memory"))
+
+    def diverged(self, step: int, what: str) -> TrainingDiverged:
+        """The error of a NaN or inf (``what``) at ``step``: nothing of it saved, the last checkpoint named."""
+        return TrainingDiverged(step, what, self.last, self.saved, self.configs["train_config"]["lr"],
+                                self.configs["choice"]["amp"])
 
 
 def load_for_resume(path: Path, model_cfg: TXLConfig) -> dict:
@@ -344,8 +445,8 @@ def finished(model: TransformerXL, step: int, end: int, cfg, out_dir: Path, best
         return next((float(r[key]) for r in reversed(rows) if r.get(key)), float("nan"))
 
     if end < cfg.max_steps:  # stop_at / --stop-at at or before the checkpoint
-        print(f"{out_dir}/ is at step {step}, already past --stop-at {end}; nothing to train. "
-              f"Fix: a later --stop-at, or none to go on to max_steps {cfg.max_steps}.")
+        print(f"{out_dir}/ is at step {step}, already {'at' if step == end else 'past'} --stop-at {end}; nothing to "
+              f"train. Fix: a later --stop-at, or none to go on to max_steps {cfg.max_steps}.")
     else:
         print(f"{out_dir}/ holds a complete run: step {step} of max_steps {cfg.max_steps}; nothing to train. "
               f"To train it longer, resume with a higher limit: --resume --max-steps {2 * step} "
@@ -435,35 +536,62 @@ def follow_schedule(opt: torch.optim.Optimizer, sched: torch.optim.lr_scheduler.
 
 
 def _save(path: Path, parts: dict, configs: dict, step: int, epoch: int, segment: int,
-          mems: Optional[list[torch.Tensor]], wall_time_s: float, rank: int, world: int, best: dict) -> None:
+          mems: Optional[list[torch.Tensor]], wall_time_s: float, rank: int, world: int, best: dict,
+          unlogged: list[float]) -> None:
     """Write the checkpoint a bit-exact resume needs (``best``: the step and valid bpc of best.pt, so that
-    a resumed run replaces it only when an uninterrupted one would). Every rank takes part in the
-    gathers (full-batch memory, each rank's RNG state); rank 0 writes."""
+    a resumed run replaces it only when an uninterrupted one would; ``unlogged``: this rank's losses since
+    the last log row). Every rank takes part in the gathers (full-batch memory, each rank's RNG state and
+    losses); rank 0 writes."""
     full_mems = None if mems is None or mems[0].size(1) == 0 else [gather(m, world).cpu() for m in mems]
     device = next(parts["model"].parameters()).device
     rngs = gather_objects(rng_state(device), world)
+    unlogged_nll = gather_objects(unlogged, world)
     if rank == 0:
         states = {key: part.state_dict() for key, part in parts.items()}
         try:
             save_checkpoint(dict(format=1, **states, **configs, step=step, data=dict(epoch=epoch, segment=segment),
-                                 mems=full_mems, rng=rngs, wall_time_s=wall_time_s, best=best), path)
+                                 mems=full_mems, rng=rngs, wall_time_s=wall_time_s, best=best,
+                                 unlogged_nll=unlogged_nll), path)
         except WriteError as e:  # a full disk: say which checkpoint survives, and how to go on
-            what = (f"no space left on the disk holding {path.parent} for the checkpoint of step {step}"
-                    if e.errno in NO_SPACE else
-                    f"the checkpoint of step {step} could not be written in {path.parent} ({e.reason})")
-            raise WriteError(f"{what}. {_last_checkpoint(path)} Fix: free some disk space (or make {path.parent} "
-                             "writable), then run the same command with --resume", e.errno, e.reason) from None
+            raise WriteError(f"{_write_failed(path, step, e)}. {_last_checkpoint(path)} Fix: free some disk space "
+                             f"(or make {path.parent} writable), then run the same command with --resume",
+                             e.errno, e.reason) from None
+
+
+def _write_failed(path: Path, step: int, e: WriteError, what: Optional[str] = None) -> str:
+    """'no space left on the disk holding OUT for the checkpoint of step N' (or another reason); ``what``:
+    what of ``path`` was written (default: the checkpoint, or the file's name)."""
+    what = (f"{path.name}: {what}" if what else "the checkpoint" if path.name == LAST else path.name)
+    return (f"no space left on the disk holding {path.parent} for {what} of step {step}" if e.errno in NO_SPACE else
+            f"{what} of step {step} could not be written in {path.parent} ({e.reason})")
+
+
+def _unlogged(ckpt: dict, rank: int, world: int) -> list[float]:
+    """This rank's training losses since the last log row, as the checkpoint saved them (each rank's);
+    resumed by another number of processes, every rank takes the mean of the saved ranks' (the
+    whole batch's), so that the row's mean over the ranks is still the whole batch's."""
+    saved = ckpt.get("unlogged_nll") or [[]]  # a checkpoint from before they were kept: none
+    if len(saved) == world:
+        return list(saved[rank])
+    return [sum(values) / len(values) for values in zip(*saved)]
+
+
+def saved_step(path: Path) -> Optional[int]:
+    """The step of the checkpoint at ``path``, or None if there is none (or it cannot be read)."""
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["step"])
+    except Exception:  # noqa: BLE001 (only a message depends on it)
+        return None
 
 
 def _last_checkpoint(path: Path) -> str:
     """What a failed save left: the earlier checkpoint (its step) or none."""
-    try:
-        step = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["step"]
-    except FileNotFoundError:
+    step = saved_step(path)
+    if step is not None:
+        return f"The last checkpoint (step {step}) is intact in {path}: --resume continues from it."
+    if not path.exists():
         return f"No checkpoint was saved before this one: {path} does not exist yet."
-    except Exception:  # noqa: BLE001 (only a message depends on it)
-        return f"{path} holds the previous checkpoint."
-    return f"The last checkpoint (step {step}) is intact in {path}: --resume continues from it."
+    return f"{path} holds the previous checkpoint."
 
 
 def _improves(valid_bpc: float, best: dict) -> bool:
@@ -554,11 +682,14 @@ class CSVLog:
                                       train_loss=f"{train_bpc * LN2:.5f}", train_bpc=f"{train_bpc:.5f}",
                                       valid_bpc="" if valid_bpc is None else f"{valid_bpc:.5f}"))
             self.file.flush()
-        except OSError as e:
+        except OSError as e:  # a full disk: the same command with --resume goes on from the last checkpoint
             problem = write_problem(e, self.path)
             if problem is None:
                 raise
-            raise problem from None
+            raise WriteError(f"{_write_failed(self.path, step, problem, 'its row')}. "
+                             f"{_last_checkpoint(self.path.with_name(LAST))} Fix: free some disk space (or make "
+                             f"{self.path.parent} writable), then run the same command with --resume",
+                             problem.errno, problem.reason) from None
 
     def close(self) -> None:
         if self.file is not None:

@@ -27,7 +27,7 @@ holding the text, only its ids; the ids are cached as .npy files in ``text8_dir(
 modification time changes) and memory-mapped back. A file that is not UTF-8 (the byte offset and
 line are named), holds NUL characters, is empty, holds no words, is too short for three splits,
 or is a folder, is refused with the fix. A corpus too short for the model's segments is said by
-``batching.check_long_enough`` where the lengths are known (train).
+``batching.check_split`` where the lengths are known (train).
 
 ``$TXL_CORPUS`` (which CI sets to force the bundled corpus) overrides a corpus *name*, never a path
 to your own file: that is not a download CI has to avoid.

@@ -17,8 +17,9 @@ scores a run's best.pt afterwards (--last: its ckpt.pt). A preset run on a small
 (text8 unreachable, --corpus, $TXL_CORPUS) is shortened to FALLBACK_EPOCHS passes over it, with a line
 saying so (``sized_to_corpus``). A run already in OUT
 is never replaced silently: continue it with --resume or replace it with --overwrite.
-OUT/train.lock keeps a second training out of OUT while one runs; Ctrl-C finishes the step
-in progress, saves it to OUT/ckpt.pt and prints the --resume command that continues it.
+OUT/train.lock keeps a second training out of OUT while one runs; Ctrl-C (or SIGTERM, SIGHUP)
+finishes the step in progress, saves it to OUT/ckpt.pt and prints the --resume command that
+continues it. A NaN or inf in the loss or the weights stops the run, its last finite checkpoint kept.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ import numbers
 import os
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Optional, Union
@@ -38,19 +40,18 @@ from tqdm import tqdm
 
 from txl_minimal import command_line
 from txl_minimal.checkpoint import LAST, attach_vocab, vocab_entry
-from txl_minimal.batching import check_long_enough
-from txl_minimal.data import CORPORA, UNITS, Corpus, CorpusError, is_corpus_path, load_corpus
+from txl_minimal.data import CORPORA, UNITS, Corpus, CorpusError, check_split, is_corpus_path, load_corpus
 from txl_minimal.text_file import check_settings
 from txl_minimal.devices import (COMPILE_MODES, LossMeter, adam_options, amp_context, check_replicas_agree,
                                  choose_once, distributed, leave_process_group, rank_loader, training_device, wrap)
 from txl_minimal.evaluate import evaluate
 from txl_minimal.model import TransformerXL, TXLConfig, TXLOutput
 from txl_minimal.presets import PRESETS, sized_to_corpus
-from txl_minimal.run_folder import (Checkpoints, Stop, TrainingInterrupted, TrainResult, best_fields, claim_out,
-                                    finished, load_for_resume, one_run_per_out, resume_command, saved_max_steps,
-                                    start_writing)
-from txl_minimal.utils import (LN2, WriteError, check_device, score_name, score_of, seed_everything,
-                               terminal_progress)
+from txl_minimal.run_folder import (Checkpoints, Stop, TrainingDiverged, TrainingInterrupted, TrainingStoppedAtOnce,
+                                    TrainResult, best_fields, claim_out, finished, load_for_resume, one_run_per_out,
+                                    resume_command, saved_max_steps, say, start_writing)
+from txl_minimal.utils import (LN2, WriteError, callable_module, check_device, score_name, score_of,
+                               seed_everything, terminal_progress)
 from txl_minimal.validation import as_int, check_training_lengths
 
 # Names this module held before the presets, the run folder and the device set-up had modules of their
@@ -114,6 +115,10 @@ class TrainConfig:
             self.out = os.fspath(self.out)
         if isinstance(self.corpus, os.PathLike):
             self.corpus = os.fspath(self.corpus)
+        if isinstance(self.out, str) and not self.out.strip():  # Path("") is the current folder
+            raise ValueError(f"TrainConfig.out is {self.out!r}: the run's ckpt.pt, best.pt and log.csv would go into "
+                             "the current folder. Fix: name a folder for them, e.g. --out runs/mine "
+                             "(TrainConfig(out='runs/mine'))")
         for f in fields(self):  # types first, as in TXLConfig: True is an int to Python, "no" is truthy
             value, kind = getattr(self, f.name), f.type.removeprefix("Optional[").rstrip("]")
             low = 0 if f.name in ("warmup_steps", "seed", "eval_mem_len", "eval_clamp_len", "min_lr") else 1
@@ -209,6 +214,24 @@ def _last_step(cfg: TrainConfig, stop_at: Optional[int]) -> int:
     return min(cfg.max_steps, as_int(stop_at) or cfg.max_steps)
 
 
+def warmup_note(cfg: TrainConfig) -> Optional[str]:
+    """A sentence if the warm-up outlasts the run (the rate would peak below lr, and never decay), else None.
+    Said, not clamped: the schedule stays ``lr_at``'s, which a resume with a higher max_steps continues."""
+    if cfg.warmup_steps <= cfg.max_steps:
+        return None
+    return (f"warmup_steps {cfg.warmup_steps:,} outlasts max_steps {cfg.max_steps:,}: the learning rate rises only to "
+            f"{cfg.max_steps / cfg.warmup_steps:.2g} x lr ({lr_at(cfg.max_steps, cfg):.3g}) at the last step and "
+            f"never decays. Fix: a shorter warm-up, e.g. --set warmup_steps={max(1, cfg.max_steps // 10)} "
+            "(TrainConfig.warmup_steps)")
+
+
+def _check_splits(corpus: Corpus, cfg: TrainConfig, model_cfg: TXLConfig) -> None:
+    """Before the first step: the train split fills a segment in every batch column, and the valid split,
+    read at the first evaluation, holds a prediction (``batching.check_split``)."""
+    check_split(len(corpus.train), "train", corpus.name, corpus.unit, cfg.batch_size, model_cfg.tgt_len)
+    check_split(len(corpus.valid), "valid", corpus.name, corpus.unit)
+
+
 def _model_and_optimizer(model_cfg: TXLConfig, cfg: TrainConfig, choice: dict, device: torch.device,
                          rank: int) -> tuple[TransformerXL, torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
     """The model (on the precision choice's attention path), Adam and the schedule (``lr_at``)."""
@@ -232,7 +255,6 @@ def _corpus_and_configs(corpus: Optional[Corpus], raw: TransformerXL, model_cfg:
                          f"{corpus.vocab_size:,} symbols. Fix: --set vocab_size={corpus.vocab_size}"
                          + ("" if corpus.name in CORPORA else f" (in Python: TXLConfig(vocab_size={corpus.vocab_size},"
                                                                " ...) or preset(..., vocab_size=...))"))
-    check_long_enough(len(corpus.train), cfg.batch_size, model_cfg.tgt_len, f"{corpus.name}'s training split")
     configs = dict(model_config=model_cfg.to_dict(), train_config=dict(asdict(cfg), corpus=corpus.name),
                    choice=choice, vocab=vocab_entry(corpus.unit, corpus.vocab))
     attach_vocab(raw, configs["vocab"])
@@ -281,13 +303,20 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     with a checkpoint, as if interrupted. progress: a bar and a line per evaluation; print_evals:
     those lines without the bar. Under torchrun each rank reads its own block of batch columns.
     best.pt holds the weights of the best periodic evaluation (every eval_interval steps and at
-    max_steps; not a stop_at's): ``TrainResult.best_model()`` loads it."""
+    max_steps; not a stop_at's): ``TrainResult.best_model()`` loads it. Raises, before anything is
+    written, ValueError for a split too short (``_check_splits``); during the run TrainingInterrupted
+    (Ctrl-C, SIGTERM, SIGHUP: the step saved), TrainingStoppedAtOnce (a second one) or TrainingDiverged
+    (a NaN or inf: nothing of it saved). warmup_steps > max_steps is a warning."""
     end = _last_step(cfg, stop_at)
     check_training_lengths(model_cfg, cfg)  # a clamp_len or same_length the model would ignore: refused now
     rank, world, local = distributed()
+    if rank == 0 and (note := warmup_note(cfg)):
+        warnings.warn(note, stacklevel=3)  # (3: the caller of train, past one_run_per_out)
     out_dir = Path(cfg.out)
     claim_out(out_dir, resume, overwrite, rank)
     device = training_device(cfg, local, world)
+    corpus = corpus if corpus is not None else load_train_corpus(cfg)  # $TXL_CORPUS, "auto": see data.py
+    _check_splits(corpus, cfg, model_cfg)  # before anything takes time (amp="auto" measures) or is written
     ckpt = load_for_resume(out_dir / LAST, model_cfg) if resume else None
     # precision and attention path: chosen (measured) once, by rank 0, and kept by a resume
     choice = choose_once(cfg, model_cfg, device, ckpt and ckpt.get("choice"), rank, world)
@@ -301,10 +330,13 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     loader = rank_loader(corpus, cfg, model_cfg, rank, world, device)  # its ids checked once: not every step
     batches = itertools.islice(iter(loader), segment, None)  # resume: skip what was read
     model = wrap(raw, cfg, device, world, say=rank == 0 and (progress or print_evals))
-    log = start_writing(out_dir, resume, overwrite, step, rank)
+    # the log's rows up to the last one before the checkpoint (not stop_at's extra row, which an
+    # uninterrupted run has not), and the losses since that row: the resumed log is an uninterrupted one's
+    log = start_writing(out_dir, resume, overwrite, step - len(ckpts.unlogged), rank)
     bar = _bar(cfg.max_steps, step, shown=progress and rank == 0)
     tokens_per_step, first = cfg.batch_size * model_cfg.tgt_len, step
-    losses, t_train, valid_bpc, train_bpc, tok_s = LossMeter(), 0.0, float("nan"), float("nan"), 0.0
+    losses, t_train, valid_bpc, train_bpc, tok_s = LossMeter(ckpts.unlogged), 0.0, float("nan"), float("nan"), 0.0
+    stop = False
     ckpts.start_clock()
     while step < end:
         t0 = time.perf_counter()
@@ -324,28 +356,38 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
         sched.step()
         step, segment = step + 1, segment + 1
         losses.add(out.nll)  # the NLL alone (loss may add a span penalty), left on the device
+        # an uninterrupted run's rows; stop_at's extra one keeps its losses for the next row (a resume's first)
+        regular = step % cfg.log_interval == 0 or step % cfg.eval_interval == 0 or step == cfg.max_steps
         do_eval = step % cfg.eval_interval == 0 or step == end
-        if log_row := step % cfg.log_interval == 0 or do_eval:  # read back in the timed step: the GPU is done
-            train_bpc = losses.mean(world, device) / LN2
+        if log_row := regular or do_eval:  # read back in the timed step: the GPU is done
+            train_bpc = losses.mean(world, device, reset=regular) / LN2
         t_train += time.perf_counter() - t0
         if log_row:
             tok_s = (step - first) * tokens_per_step / max(t_train, 1e-9)
-            if evaluated := do_eval and rank == 0:
+            finite = math.isfinite(train_bpc)  # (read back for the row: checking it waits for nothing)
+            if evaluated := do_eval and rank == 0 and finite:
                 valid_bpc = _valid_bpc(raw, corpus.valid, cfg, autocast)
             _show(bar, step, train_bpc, valid_bpc, tok_s, corpus.unit, say=evaluated and (progress or print_evals))
             log.write(step, step * tokens_per_step, ckpts.wall_time_s(), lr_at(step, cfg), train_bpc,
-                      valid_bpc if do_eval else None)
+                      valid_bpc if evaluated else None)
+            if not finite:  # every rank alike: the mean is the whole batch's
+                bar.close()
+                log.close()
+                raise ckpts.diverged(step, f"the training loss became {train_bpc * LN2} (the mean of the steps "
+                                           "since the last log row)")
         bar.update(1)
-        if do_eval or Stop.requested:  # Ctrl-C: keep the step just finished
+        stop = ckpts.vote.any(Stop.requested)  # Ctrl-C, SIGTERM: every rank stops at the same step
+        if do_eval or stop:  # Ctrl-C: keep the step just finished
             # best.pt: periodic evaluations alone compete (not stop_at's), so a resumed run keeps an unbroken one's
             periodic = do_eval and (step % cfg.eval_interval == 0 or step == cfg.max_steps)
-            ckpts.save(step, epoch, segment, mems, valid_bpc if periodic else None)
-            if Stop.requested:
+            ckpts.save(step, epoch, segment, mems, valid_bpc if periodic else None, losses.pending())
+            if stop:
                 break
+    ckpts.vote.close()
     bar.close()
     log.close()
-    if Stop.requested:
-        raise TrainingInterrupted(step, ckpts.last)
+    if stop:
+        raise TrainingInterrupted(step, ckpts.last, Stop.signum)
     check_replicas_agree(raw, world)
     return TrainResult(raw.eval(), step, train_bpc, valid_bpc, tok_s, ckpts.elapsed, out_dir, unit=corpus.unit,
                        **best_fields(ckpts.best))
@@ -380,21 +422,46 @@ def main(argv: Optional[list[str]] = None) -> None:
             train_cfg, note = sized_to_corpus(args.preset, model_cfg, train_cfg, corpus)
             if note and distributed()[0] == 0:
                 print(f"{note}; --max-steps sets another")
-        res = train(model_cfg, train_cfg, corpus, resume=args.resume, stop_at=args.stop_at, overwrite=args.overwrite,
-                    progress=terminal_progress(not args.no_progress), print_evals=True)
+        with command_line.one_line_warnings():
+            res = train(model_cfg, train_cfg, corpus, resume=args.resume, stop_at=args.stop_at,
+                        overwrite=args.overwrite, progress=terminal_progress(not args.no_progress), print_evals=True)
     except (ValueError, FileExistsError, FileNotFoundError, CorpusError) as e:  # bad input: no traceback
-        p.error(str(e))
+        if distributed()[0] == 0:  # (under torchrun: said once)
+            p.error(str(e))
+        sys.exit(2)
     except WriteError as e:  # a full disk, a read-only --out: what survives and what to do
         sys.exit(f"error: {e}")
-    except TrainingInterrupted as e:  # Ctrl-C: saved; say how to go on
-        print(f"{e}\n  {resume_command(sys.argv[1:] if argv is None else argv)}", file=sys.stderr)
-        sys.exit(130)
+    except TrainingDiverged as e:  # a NaN: nothing of it saved; every rank stops here
+        _end(f"error: {e}", 1)
+    except TrainingInterrupted as e:  # Ctrl-C, SIGTERM: saved; say how to go on
+        _end(f"{e}\n  {resume_command(sys.argv[1:] if argv is None else argv)}", e.status)
+    except TrainingStoppedAtOnce as e:  # a second Ctrl-C: one line, no traceback
+        _end(str(e), e.status)
     if (line := command_line.summary(res)) is None:
         return
     if distributed()[0] == 0:
         print(line)
     del res  # and with it the DDP wrapper, freed while the process group still exists
     leave_process_group()
+
+
+def _end(message: str, status: int) -> None:
+    """End a training every rank stopped at the same step: the message once (rank 0) and the exit
+    status (128 + a signal's number for a stop by that signal). Under torchrun the ranks meet once
+    more and leave with os._exit: destroying the process group hung now and then on torch 2.3's
+    gloo (pytorch/pytorch#75097), and a launcher stopping its workers waits for them."""
+    rank, world, _ = distributed()
+    if rank == 0:
+        say(message)
+    if world > 1 and torch.distributed.is_initialized():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        torch.distributed.barrier()
+        os._exit(status)
+    sys.exit(status)
+
+
+callable_module(__name__)  # `from txl_minimal import train` gives this module: train(...) calls train.train
 
 
 if __name__ == "__main__":

@@ -9,8 +9,11 @@ import math
 import os
 import random
 import shutil
+import socket
 import sys
 import tempfile
+import time
+import types
 from pathlib import Path
 from typing import BinaryIO
 from collections.abc import Callable
@@ -157,6 +160,14 @@ def write_problem(e: BaseException, path: str | Path) -> WriteError | None:
                           "disk space (or use a folder on another disk), then run again", found.errno, found.strerror)
     return WriteError(f"cannot write {path} ({found.strerror}: {found.filename or path.parent}). Fix: use a "
                       "folder you can write to, or make this one writable", found.errno, found.strerror)
+
+
+def refuse_empty_path(path, what: str) -> None:
+    """ValueError for an empty path: pathlib reads "" as the current folder, so a file would be read or
+    written there (a checkpoint, a run's files) without the user having named it."""
+    if isinstance(path, str) and not path.strip():
+        raise ValueError(f"{what} is an empty path ({path!r}), which would mean the current folder. Fix: name the "
+                         "file or folder")
 
 
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], object], suffix: str = ".tmp") -> None:
@@ -308,6 +319,35 @@ def int_at_least(low: int) -> Callable[[str], int]:
     return parse
 
 
+class Once(argparse.Action):
+    """argparse's "store", refusing a flag given twice with two values (``--max-steps 20 ... --max-steps 40``):
+    argparse would keep the last without a word. A parser takes it for every plain flag with
+    ``parser.register("action", None, Once)``."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault("_given_once", {})
+        if self.dest in given and given[self.dest] != values:
+            parser.error(f"{option_string} is given twice, {given[self.dest]!r} and {values!r}: which one? "
+                         "Fix: give it once")
+        given[self.dest] = values
+        setattr(namespace, self.dest, values)
+
+
+class _CallableModule(types.ModuleType):
+    """A module that, called, calls its function of the same name."""
+
+    def __call__(self, *args, **kwargs):
+        return getattr(self, self.__name__.rsplit(".", 1)[-1])(*args, **kwargs)
+
+
+def callable_module(name: str) -> None:
+    """Make module ``name`` (txl_minimal.train) callable as its function of the same name (train): ``from
+    txl_minimal import train`` gives the module, and ``train(model_cfg, cfg)`` said "'module' object is
+    not callable". Its names stay as they are (``txl_minimal.train.TrainConfig``)."""
+    if name != "__main__":  # (python -m txl_minimal.train runs it as __main__: nothing to do)
+        sys.modules[name].__class__ = _CallableModule
+
+
 # ----------------------------------------------------------------------------- shipped files
 
 MANIFEST = "MANIFEST.json"  # beside the files it lists: {name: {"bytes": size, "sha256": hex}}
@@ -445,3 +485,57 @@ def non_finite(tensors: dict, what: str = "tensor") -> str | None:
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             return f"NaN or inf in {what} {name} ({int((~torch.isfinite(t)).sum())} of {t.numel()} values)"
     return None
+
+
+def all_finite(tensors) -> bool:
+    """Whether every floating tensor of ``tensors`` is free of NaN and inf: read back once per device
+    (``non_finite`` names the first bad one, reading each)."""
+    flags: dict[torch.device, list[torch.Tensor]] = {}
+    for t in tensors:
+        if t.is_floating_point():
+            flags.setdefault(t.device, []).append(torch.isfinite(t).all())
+    return all(bool(torch.stack(f).all()) for f in flags.values())
+
+# ----------------------------------------------------------------------------- a training's lock
+
+def read_lock(path: Path) -> dict | None:
+    """The holder a training's lock file (OUT/train.lock) names, {} if there is none, or None if it is
+    unreadable (waits 1 s for a lock being written)."""
+    for _ in range(10):
+        try:
+            holder = json.loads(path.read_text())
+            if isinstance(holder, dict) and {"pid", "host", "started"} <= set(holder):
+                return holder
+        except FileNotFoundError:
+            return {}
+        except (ValueError, OSError):
+            pass
+        time.sleep(0.1)
+    return None
+
+
+def lock_is_stale(holder: dict | None) -> bool:
+    """A lock nobody holds any more: unreadable, or its process on this host has ended."""
+    if holder is None:
+        return True
+    if holder.get("host") != socket.gethostname():
+        return False  # another machine's process: we cannot tell
+    try:
+        os.kill(int(holder["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, ValueError, OverflowError):  # PermissionError: alive, another user's
+        pass
+    return False
+
+
+def training_now(folder: Path, lock: str = "train.lock") -> str | None:
+    """A sentence saying a training is running in ``folder`` now (its live lock: pid, start, the
+    step of its first checkpoint), or None."""
+    holder = read_lock(folder / lock)
+    if not holder or lock_is_stale(holder):
+        return None
+    first = holder.get("first_checkpoint")
+    return (f"{folder}/ is being trained right now (pid {holder['pid']} on {holder['host']}, started "
+            f"{holder['started']}; see {folder / lock})" + (f": its first checkpoint comes at step {first:,}"
+                                                             if isinstance(first, int) else ""))
