@@ -37,7 +37,8 @@ WORDS = "the cat sat on the mat\nthe dog ate the bone\n\na bird sang a song in t
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TQDM_DISABLE="1",
            TXL_CORPUS="text8-mini")  # CI's setting: a file's path must win over it
 TINY_RUN = ["--max-steps", "4", "--batch-size", "4", "--no-progress", "--set", "d_model=16", "d_head=8",
-            "d_inner=32", "n_layer=1", "tgt_len=8", "mem_len=8", "eval_interval=2", "eval_tokens=64", "amp=off"]
+            "d_inner=32", "n_layer=1", "tgt_len=8", "mem_len=8", "eval_interval=2", "eval_tokens=64", "amp=off",
+            "warmup_steps=1"]
 
 
 @pytest.fixture(autouse=True)
