@@ -57,6 +57,7 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     "Guide": (
         "docs/setup",
         "docs/package",
+        "docs/course",
         "api",
         "docs/words",
         "docs/training",
@@ -619,7 +620,8 @@ def api_page(root: Path = ROOT) -> str:
              "written from its docstring when the book is built. Every example runs as written after "
              "`from txl_minimal import *`, and `make test` runs each of them "
              f"([`tests/test_api.py`]({github_url('tests/test_api.py')})), so this page cannot drift from the "
-             "code. Type hints are shortened (`X | None` for `Optional[X]`, `ndarray` for `np.ndarray`). The "
+             "code. Type hints are shortened (`X | None` for `Optional[X]`, `ndarray` for `np.ndarray`). "
+             "[Use it in your course](docs/course.md) says what to import for which assignment; the "
              "[package map](package_map.md) lists every module, where the names not exported here live.",
              "", *_index(public)]
     if len(entries) > len(public):

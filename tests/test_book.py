@@ -271,6 +271,8 @@ def test_the_api_page_has_an_entry_an_anchor_and_examples_for_every_public_name(
     text = " ".join("".join(api.text).split())  # Sphinx puts each word of inline code in its own span
     assert [e.name for e in entries if f"from {e.imported_from} import {e.name}" not in text] == []
     assert (html / "api.html").read_text(encoding="utf-8").count('class="highlight-pycon') >= len(entries)
+    # the guide leads to it: the course page's link to the package's list of names
+    assert "../api.html" in pages["docs/course.html"].links
 
 
 def test_every_resource_comes_from_the_site_itself(site):
