@@ -22,13 +22,18 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
+import inspect
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
+import tokenize
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +45,10 @@ BADGE_FILE = "colab-badge.svg"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 # repository files that become pages (repository path -> the page's source in the staged tree)
 PAGES = {"README.md": "index.md", "CONTRIBUTING.md": "contributing.md"}
+# the API reference, a page this script writes (api_page); a link to the package's __init__.py (its
+# list of names, on GitHub) from a page of docs/ leads to it in the site
+API_PAGE = "api"
+API_SOURCE = "txl_minimal/__init__.py"
 # The book's chapters after the notebooks, in reading order: caption -> pages. A page is its staged
 # source without the suffix: a Markdown file of docs/ (staged as itself), CONTRIBUTING, or a page
 # this script writes (package_map). Adding a page is one line here (stage() refuses a page of docs/
@@ -48,7 +57,8 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     "Guide": (
         "docs/setup",
         "docs/package",
-        # issue 40's API reference and docs/course.md ("Use it in your course") come here
+        "docs/course",
+        "api",
         "docs/words",
         "docs/training",
         "docs/run_folders",
@@ -203,7 +213,8 @@ def fold_hidden(nb: dict) -> None:
 
 def link_pages() -> dict[str, str]:
     """Repository path -> staged page source, for every file that is a page of the site."""
-    return {**PAGES, **{f"notebooks/{p.name}": f"notebooks/{p.name}" for p in notebooks()},
+    return {**PAGES, API_SOURCE: f"{API_PAGE}.md",
+            **{f"notebooks/{p.name}": f"notebooks/{p.name}" for p in notebooks()},
             **{f"docs/{p.name}": f"docs/{p.name}" for p in docs_pages()}}
 
 
@@ -229,6 +240,396 @@ def package_map(root: Path = ROOT) -> str:
             summary = module_summary(path).replace("|", "\\|")
             lines.append(f"| [`{rel}`]({github_url(rel)}) | {summary} |")
         lines.append("")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- the API reference page
+# Written from the docstrings of txl_minimal.__all__, read with ast as the package map is (nothing is
+# imported: the book needs no torch). tests/test_api.py runs every example this page shows and checks
+# that each public name has a summary line, a "Returns:" and an "Examples:" block.
+
+SECTIONS = ("Args", "Attributes", "Returns", "Yields", "Raises", "Examples")
+SECTION = re.compile(rf"^({'|'.join(SECTIONS)}):[ \t]*$")
+# module paths dropped from type hints (torch. is kept: torch.Tensor, torch.device read better whole)
+_PREFIXES = re.compile(r"\b(?:typing|collections\.abc|os|pathlib|np|numpy|txl_minimal(?:\.\w+)*)\.")
+ONE_LINE = 96  # characters: a longer signature is shown one parameter a line
+# Functions a course imports from their modules: the package's own names ``train`` and ``evaluate`` are
+# those modules (the command lines, ``python -m txl_minimal.train``). Documented, and tested, as the others.
+FROM_MODULES = (("txl_minimal.train", "train"), ("txl_minimal.evaluate", "evaluate"))
+
+
+@dataclass
+class ApiEntry:
+    """One documented name: a public name of txl_minimal, or a public method of a public class."""
+    name: str  # "load_corpus"; a method: "Corpus.encode"
+    module: str  # where it is defined: "txl_minimal.data"
+    line: int
+    kind: str  # "function", "class", "constant", "method", "property"
+    signature: str  # as the page shows it, a Python code block
+    doc: str  # the docstring, cleaned as inspect.getdoc does ("" if none)
+    methods: list[ApiEntry] = field(default_factory=list)
+    params: list[str] = field(default_factory=list)  # the parameters' names, in order (a dataclass: its fields)
+    imported_from: str = "txl_minimal"  # ``from <this> import <name>``: the package, or a module (FROM_MODULES)
+
+    @property
+    def path(self) -> str:
+        return self.module.replace(".", "/") + ".py"
+
+    @property
+    def anchor(self) -> str:
+        """Its heading's anchor, as MyST (and GitHub) make it: lowercase, punctuation but "_" and "-" dropped."""
+        return re.sub(r"[^\w\- ]", "", self.name.lower()).replace(" ", "-")
+
+
+def _module_file(module: str, root: Path = ROOT) -> Path:
+    """The file of a module of the package, by its dotted name ("txl_minimal.data")."""
+    path = root.joinpath(*module.split("."))
+    return path.with_suffix(".py") if path.with_suffix(".py").is_file() else path / "__init__.py"
+
+
+def _literal(node: ast.AST, env: dict):
+    """The value of an expression of literals, names bound to earlier ones, ``+`` and ``list()``/``tuple()``."""
+    if isinstance(node, ast.Name) and node.id in env:
+        return env[node.id]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _literal(node.left, env) + _literal(node.right, env)
+    if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("list", "tuple") and len(node.args) == 1:
+        return list(_literal(node.args[0], env))
+    return ast.literal_eval(node)
+
+
+def _literals(tree: ast.Module) -> dict:
+    """A module's top-level names bound to literals (``__all__``, ``_LAZY``), with their values."""
+    env = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            try:
+                env[stmt.targets[0].id] = _literal(stmt.value, env)
+            except (ValueError, TypeError, SyntaxError):
+                pass  # not a literal: not one of the names read here
+    return env
+
+
+def public_names(root: Path = ROOT) -> list[str]:
+    """``txl_minimal.__all__``, read from txl_minimal/__init__.py."""
+    names = _literals(ast.parse(_module_file("txl_minimal", root).read_text(encoding="utf-8"))).get("__all__")
+    if not names:
+        raise SystemExit("make book: txl_minimal/__init__.py has no __all__ of literals. Fix: write __all__ as a "
+                         "list of strings (+ list(_LAZY)), which the API reference reads without importing")
+    return list(names)
+
+
+def find_definition(name: str, module: str = "txl_minimal", root: Path = ROOT) -> tuple[str, str, ast.Module, int]:
+    """(module, its source, its tree, the index in its body of the statement) that defines ``name`` as
+    ``module`` exports it: a def, class or assignment there, else the module it imports ``name`` from
+    (``from .x import name``; ``_LAZY``'s module in txl_minimal/__init__.py), followed to the definition."""
+    source = _module_file(module, root).read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    for i, stmt in enumerate(tree.body):
+        if isinstance(stmt, (ast.FunctionDef, ast.ClassDef)) and stmt.name == name:
+            return module, source, tree, i
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and any(getattr(t, "id", None) == name for t in targets):
+            return module, source, tree, i
+    package = module if _module_file(module, root).name == "__init__.py" else module.rsplit(".", 1)[0]
+    for stmt in tree.body:
+        for alias in stmt.names if isinstance(stmt, ast.ImportFrom) else []:
+            if (alias.asname or alias.name) == name:
+                base = package.rsplit(".", stmt.level - 1)[0] if stmt.level else ""
+                return find_definition(alias.name, ".".join(p for p in (base, stmt.module) if p), root)
+    lazy = _literals(tree).get("_LAZY", {})
+    if name in lazy:
+        return find_definition(name, f"{package}.{lazy[name]}", root)
+    raise SystemExit(f"make book: {module}.{name} is exported but neither defined nor imported at the top level of "
+                     f"{_module_file(module, root).relative_to(root)}. Fix: define or import it there (the API "
+                     "reference reads the package's source without importing it)")
+
+
+class _ShortTypes(ast.NodeTransformer):
+    """``Optional[X]`` -> ``X | None``, ``Union[A, B]`` -> ``A | B``; a quoted annotation read as code."""
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        node = self.generic_visit(node)
+        kind = _PREFIXES.sub("", ast.unparse(node.value))
+        if kind not in ("Optional", "Union"):
+            return node
+        args = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        args = args + [ast.Constant(None)] if kind == "Optional" else args
+        out = args[0]
+        for arg in args[1:]:
+            out = ast.BinOp(out, ast.BitOr(), arg)
+        return out
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        if isinstance(node.value, str):
+            try:
+                return self.visit(ast.parse(node.value, mode="eval").body)
+            except SyntaxError:
+                pass
+        return node
+
+
+def short_type(node: ast.AST | None) -> str:
+    """An annotation as the page shows it: ``Optional[np.ndarray]`` -> ``ndarray | None``."""
+    return "" if node is None else _PREFIXES.sub("", ast.unparse(_ShortTypes().visit(copy.deepcopy(node))))
+
+
+def _parameter(arg: ast.arg, default: ast.AST | None) -> str:
+    text = arg.arg + (f": {short_type(arg.annotation)}" if arg.annotation else "")
+    return text + ("" if default is None else f" = {ast.unparse(default)}")
+
+
+def parameters(fn: ast.FunctionDef, method: bool = False) -> list[str]:
+    """A def's parameters as written (``name: type = default``, ``*``, ``**kwargs``), ``self`` left out."""
+    a = fn.args
+    positional = a.posonlyargs + a.args
+    defaults = [None] * (len(positional) - len(a.defaults)) + a.defaults
+    shown = []
+    for i, (arg, default) in enumerate(zip(positional, defaults)):
+        if not (method and i == 0):
+            shown.append(_parameter(arg, default))
+        if a.posonlyargs and arg is a.posonlyargs[-1]:
+            shown.append("/")
+    if a.vararg or a.kwonlyargs:
+        shown.append("*" + _parameter(a.vararg, None) if a.vararg else "*")
+    shown += [_parameter(arg, default) for arg, default in zip(a.kwonlyargs, a.kw_defaults)]
+    return shown + (["**" + _parameter(a.kwarg, None)] if a.kwarg else [])
+
+
+def _comments(source: str) -> dict[int, str]:
+    """Line number -> the comment on that line (``# ...``), found by tokenize (a "#" in a string is none)."""
+    return {tok.start[0]: tok.string for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+            if tok.type == tokenize.COMMENT}
+
+
+def _is_dataclass(cls: ast.ClassDef) -> bool:
+    return any(ast.unparse(d.func if isinstance(d, ast.Call) else d).endswith("dataclass") for d in cls.decorator_list)
+
+
+def dataclass_fields(cls: ast.ClassDef, source: str) -> list[tuple[list[str], str, str]]:
+    """(the comment lines above it, ``name: type = default``, its line's comment) of each field of a dataclass."""
+    comments, lines = _comments(source), source.splitlines()
+    out, previous = [], cls.body[0].end_lineno if cls.body else cls.lineno
+    for stmt in cls.body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and \
+                "ClassVar" not in ast.unparse(stmt.annotation):
+            above = [lines[n - 1].strip() for n in range(previous + 1, stmt.lineno)
+                     if lines[n - 1].strip().startswith("#")]
+            default = stmt.value
+            if isinstance(default, ast.Call) and getattr(default.func, "id", "") == "field":
+                given = {k.arg: k.value for k in default.keywords}
+                factory = ast.unparse(given["default_factory"]) if "default_factory" in given else None
+                default = given.get("default") or (None if factory is None else ast.parse(
+                    {"list": "[]", "dict": "{}"}.get(factory, f"{factory}()"), mode="eval").body)
+            text = _parameter(ast.arg(stmt.target.id, stmt.annotation), default)
+            out.append((above, text, comments.get(stmt.end_lineno, "") if stmt.lineno == stmt.end_lineno else ""))
+        previous = stmt.end_lineno
+    return out
+
+
+def signature(name: str, params: list, returns: str = "") -> str:
+    """``name(params) -> returns`` on one line, or one parameter a line (with its comments) if long or commented.
+    ``params``: strings, or (comment lines above, parameter, comment after) as ``dataclass_fields`` gives."""
+    params = [p if isinstance(p, tuple) else ([], p, "") for p in params]
+    tail = f") -> {returns}" if returns else ")"
+    flat = f"{name}({', '.join(p for _, p, _ in params)}{tail}"
+    if len(flat) <= ONE_LINE and not any(above or after for above, _, after in params):
+        return flat
+    lines = [f"{name}("]
+    for above, text, after in params:
+        lines += [f"    {c}" for c in above] + [f"    {text},{'  ' + after if after else ''}"]
+    return "\n".join(lines + [tail])
+
+
+def _names(params: list) -> list[str]:
+    """The names of ``parameters`` or ``dataclass_fields``' parameters (no ``*`` or ``/`` markers)."""
+    texts = [p[1] if isinstance(p, tuple) else p for p in params]
+    return [re.match(r"\**(\w+)", t)[1] for t in texts if t not in ("*", "/")]
+
+
+def _docstring_after(tree: ast.Module, index: int) -> str:
+    """The string statement right after a module-level assignment: the constant's docstring (PEP 257)."""
+    following = tree.body[index + 1] if index + 1 < len(tree.body) else None
+    if isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant) and \
+            isinstance(following.value.value, str):
+        return inspect.cleandoc(following.value.value)
+    return ""
+
+
+def api_entry(name: str, module: str, source: str, stmt: ast.stmt, tree: ast.Module | None = None,
+              index: int = 0, owner: str = "") -> ApiEntry:
+    """What the page shows of one definition (``owner``: the class of a method)."""
+    shown = f"{owner}.{name}" if owner else name
+    if isinstance(stmt, ast.FunctionDef):
+        decorators = [ast.unparse(d) for d in stmt.decorator_list]
+        if "property" in decorators:
+            return ApiEntry(shown, module, stmt.lineno, "property", f"{shown}: {short_type(stmt.returns)}".rstrip(": "),
+                            ast.get_docstring(stmt) or "")
+        params = parameters(stmt, method=bool(owner) and "staticmethod" not in decorators)
+        return ApiEntry(shown, module, stmt.lineno, "method" if owner else "function",
+                        signature(shown, params, short_type(stmt.returns)), ast.get_docstring(stmt) or "",
+                        params=_names(params))
+    if isinstance(stmt, ast.ClassDef):
+        init = next((s for s in stmt.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
+        params = dataclass_fields(stmt, source) if _is_dataclass(stmt) else parameters(init, True) if init else []
+        methods = [api_entry(s.name, module, source, s, owner=name) for s in stmt.body
+                   if isinstance(s, ast.FunctionDef) and not s.name.startswith("_")
+                   and not any(ast.unparse(d).endswith((".setter", ".deleter")) for d in s.decorator_list)]
+        return ApiEntry(name, module, stmt.lineno, "class", signature(name, params), ast.get_docstring(stmt) or "",
+                        methods, _names(params))
+    value = ast.get_source_segment(source, stmt.value) if stmt.value is not None else "..."
+    return ApiEntry(name, module, stmt.lineno, "constant", f"{name} = {value}",
+                    _docstring_after(tree, index) if tree is not None else "")
+
+
+def api_entries(root: Path = ROOT, extra: tuple = FROM_MODULES) -> list[ApiEntry]:
+    """Every name of ``txl_minimal.__all__``, in its order, then ``extra``'s (module, name) pairs whose name
+    it does not export, as the API reference shows them."""
+    public = public_names(root)
+    entries = []
+    for where, name in [("txl_minimal", n) for n in public] + [m for m in extra if m[1] not in public]:
+        module, source, tree, index = find_definition(name, where, root)
+        entries.append(api_entry(name, module, source, tree.body[index], tree, index))
+        entries[-1].imported_from = where
+    return entries
+
+
+def docstring_sections(doc: str) -> tuple[str, dict[str, str]]:
+    """(the text before the first section, {"Returns": its body, ...}): sections are SECTIONS' names
+    alone on a line ("Examples:"), their bodies indented under them (dedented here)."""
+    intro, sections, current = [], {}, None
+    for line in doc.splitlines():
+        m = SECTION.match(line)
+        if m:
+            current = m[1]
+            sections[current] = []
+        elif current is None:
+            intro.append(line)
+        else:
+            sections[current].append(line)
+    return "\n".join(intro).strip("\n"), {k: textwrap.dedent("\n".join(v)).strip("\n") for k, v in sections.items()}
+
+
+_CODE_SPAN = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)", re.S)
+_MARKDOWN = re.compile(r"([\\*_<>\[\]$|])")
+
+
+def md_text(text: str) -> str:
+    """Docstring prose as Markdown: ``code`` spans kept, and every character Markdown (or MyST's
+    ``$`` math) would read as markup escaped outside them (``<unk>``, ``$TXL_CORPUS``, ``a*b``)."""
+    out, at = [], 0
+    for m in _CODE_SPAN.finditer(text):
+        out += [_MARKDOWN.sub(r"\\\1", text[at:m.start()]), m[0]]
+        at = m.end()
+    return "".join(out + [_MARKDOWN.sub(r"\\\1", text[at:])])
+
+
+def _blocks(text: str) -> list[str]:
+    """Prose as Markdown: paragraphs and "- " items as text, indented runs of lines as code blocks
+    (a table or code in a docstring; ``>>>`` lines as a Python session)."""
+    out, prose, code = [], [], []
+
+    def flush() -> None:
+        if prose:
+            out.append(md_text("\n".join(prose)))
+            prose.clear()
+        if code:
+            body = textwrap.dedent("\n".join(code)).strip("\n")
+            out.append(f"```{'pycon' if body.startswith('>>>') else 'text'}\n{body}\n```")
+            code.clear()
+
+    item = False  # inside a "- " item, whose continuation lines are indented
+    for line in text.splitlines():
+        if not line.strip():
+            if code:
+                code.append("")
+            else:
+                flush()
+            item = False
+        elif line.startswith((" ", "\t")) and not item:
+            if prose:
+                flush()
+            code.append(line)
+        else:
+            if code:
+                flush()
+            item = item or line.startswith("- ")
+            prose.append(line)
+    flush()
+    return out
+
+
+def _items(body: str) -> str:
+    """An Args/Attributes section as a list: ``name: text`` lines, continued by indented ones."""
+    items = []
+    for line in body.splitlines():
+        if line and not line[0].isspace() and ":" in line:
+            name, text = line.split(":", 1)
+            items.append([f"`{name.strip()}`", text.strip()])
+        elif items and line.strip():
+            items[-1][1] += " " + line.strip()
+    return "\n".join(f"- {name}: {md_text(text)}" for name, text in items)
+
+
+def docstring_markdown(doc: str) -> str:
+    """A docstring as the page shows it: its prose, then each section under a bold label."""
+    intro, sections = docstring_sections(doc)
+    parts = _blocks(intro)
+    for name, body in sections.items():
+        if name == "Examples":
+            parts.append(f"**{name}:**\n\n```pycon\n{body}\n```")
+        elif name in ("Args", "Attributes"):
+            parts.append(f"**{name}:**\n\n{_items(body)}")
+        else:
+            parts.append(f"**{name}:** " + "\n\n".join(_blocks(body)))
+    return "\n\n".join(parts)
+
+
+def _summary(doc: str) -> str:
+    """A docstring's first line, for the index (``—`` if there is none)."""
+    return md_text(doc.strip().splitlines()[0]).replace("|", "\\|") if doc.strip() else "—"
+
+
+def _entry_markdown(entry: ApiEntry, level: int = 2) -> list[str]:
+    where = f"[`{entry.path}`]({github_url(entry.path)}#L{entry.line})"
+    how = f"`from {entry.imported_from} import {entry.name}` · {entry.kind} in {where}" if level == 2 else \
+        f"{entry.kind} of `{entry.name.split('.')[0]}`"
+    lines = [f"{'#' * level} {md_text(entry.name)}", "", how, "", f"```python\n{entry.signature}\n```", ""]
+    if entry.doc:
+        lines += [docstring_markdown(entry.doc), ""]
+    if entry.methods:  # under one "Methods" heading: the page's contents list the names, not every method
+        lines += [f"{'#' * (level + 1)} Methods", ""]
+    for method in entry.methods:
+        lines += _entry_markdown(method, level + 2)
+    return lines
+
+
+def _index(entries: list[ApiEntry]) -> list[str]:
+    """The table at the top of the page: each name (a link to its entry), its summary, its file."""
+    rows = [f"| [`{e.name}`](#{e.anchor}) | `{e.imported_from}` | {_summary(e.doc)} | "
+            f"[`{e.path}`]({github_url(e.path)}#L{e.line}) |" for e in entries]
+    return ["| name | import from | what it is | defined in |", "|---|---|---|---|", *rows, ""]
+
+
+def api_page(root: Path = ROOT) -> str:
+    """The API reference page: an index of the public names, then each with its signature and docstring."""
+    entries = api_entries(root)
+    public = [e for e in entries if e.imported_from == "txl_minimal"]
+    lines = ["# API reference", "",
+             "Every name `txl_minimal` exports (its `__all__`): its signature, what it returns and an example, "
+             "written from its docstring when the book is built. Every example runs as written after "
+             "`from txl_minimal import *`, and `make test` runs each of them "
+             f"([`tests/test_api.py`]({github_url('tests/test_api.py')})), so this page cannot drift from the "
+             "code. Type hints are shortened (`X | None` for `Optional[X]`, `ndarray` for `np.ndarray`). "
+             "[Use it in your course](docs/course.md) says what to import for which assignment; the "
+             "[package map](package_map.md) lists every module, where the names not exported here live.",
+             "", *_index(public)]
+    if len(entries) > len(public):
+        lines += ["Two functions a course uses are imported from their modules, whose names the package gives to "
+                  "the modules themselves (they are also the command lines, `python -m txl_minimal.train`):", "",
+                  *_index(entries[len(public):])]
+    for e in entries:
+        lines += _entry_markdown(e)
     return "\n".join(lines)
 
 
@@ -290,7 +691,7 @@ def check_chapters(pages: dict[str, str], root: Path = ROOT) -> None:
 
 def stage(src: Path, root: Path = ROOT) -> list[str]:
     """Write the site's sources into ``src``; returns the pages' source files (relative)."""
-    pages = {"index.md": index_page(root), "package_map.md": package_map(root),
+    pages = {"index.md": index_page(root), "package_map.md": package_map(root), f"{API_PAGE}.md": api_page(root),
              "contributing.md": markdown_page(root / "CONTRIBUTING.md", root)}
     for nb in notebooks(root):
         pages[f"notebooks/{nb.name}"] = stage_notebook(nb)

@@ -8,12 +8,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTALL = "make book (or pip install -r requirements-book.txt)"
 _spec = importlib.util.spec_from_file_location("book_build", ROOT / "book" / "build.py")
 build = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = build  # dataclasses look their module up there
 _spec.loader.exec_module(build)
 _SITE: dict[str, Path] = {}
 

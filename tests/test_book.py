@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from html.parser import HTMLParser
 
 import pytest
@@ -46,7 +47,8 @@ def test_links_to_pages_stay_in_the_site_and_other_files_go_to_github():
 
 def staged_names() -> dict[str, str]:
     """The names of the pages stage() writes (their text left empty)."""
-    names = ["index.md", "package_map.md", "contributing.md", *(f"docs/{p.name}" for p in build.docs_pages()),
+    names = ["index.md", "package_map.md", f"{build.API_PAGE}.md", "contributing.md",
+             *(f"docs/{p.name}" for p in build.docs_pages()),
              *(f"notebooks/{p.name}" for p in NOTEBOOKS)]
     return dict.fromkeys(names, "")
 
@@ -69,6 +71,78 @@ def test_a_page_missing_from_the_table_of_contents_or_a_listed_page_missing_is_r
     fewer = {name: text for name, text in staged_names().items() if name != f"{listed}.md"}
     with pytest.raises(SystemExit, match=rf"lists {listed}, which is not a page \(no {listed}\.md\)\. Fix: add the"):
         build.check_chapters(fewer)
+
+
+def section_id(name: str) -> str:
+    """The id Sphinx gives the section of a heading (docutils: lowercase, other characters as "-")."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def test_the_api_page_indexes_every_public_name_and_gives_each_its_entry():
+    page = build.api_page()
+    public = build.public_names()
+    entries = build.api_entries()
+    assert [e.name for e in entries[:len(public)]] == public and len(public) >= 25
+    index = page.split("\n## ")[0]
+    for e in entries:
+        assert f"| [`{e.name}`](#{e.anchor}) | `{e.imported_from}` |" in index
+        entry = page.split(f"\n## {build.md_text(e.name)}\n")[1].split("\n## ")[0]
+        assert f"`from {e.imported_from} import {e.name}`" in entry and f"```python\n{e.signature}\n```" in entry
+        assert "**Examples:**\n\n```pycon\n>>> " in entry, e.name
+    assert [e.name for e in entries[len(public):]] == [n for _, n in build.FROM_MODULES if n not in public]
+    # a link from a page of docs/ to the package's list of names leads to this page in the site
+    out = build.rewrite_links("[API](../txl_minimal/__init__.py)", "docs/course.md", build.link_pages(),
+                              "docs/course.md")
+    assert out == "[API](../api.md)"
+
+
+PACKAGE = {  # a package that cannot be imported here (no such torch), read from its source
+    "__init__.py": "import torch\nfrom .a import f as g, K\n_LAZY = {'C': 'b'}\n__all__ = ['g', 'K'] + list(_LAZY)\n",
+    "a.py": 'from txl_minimal.b import K\n\n\ndef f(x: "Optional[np.ndarray]", *, n: int = 2) -> str:\n'
+            '    """What f is."""\n',
+    "b.py": 'from dataclasses import dataclass, field\nK = 3\n"""K\'s docstring."""\n\n\n@dataclass\nclass C:\n'
+            '    """A record."""\n    # above\n    a: int = 1  # after\n    b: list = field(default_factory=list)\n\n'
+            '    def m(self) -> int:\n        return 1\n',
+}
+
+
+def test_the_api_page_reads_the_source_following_imports_and_refuses_a_name_defined_nowhere(tmp_path):
+    (tmp_path / "txl_minimal").mkdir()
+    for name, text in PACKAGE.items():
+        (tmp_path / "txl_minimal" / name).write_text(text)
+    g, k, c = build.api_entries(tmp_path, extra=())
+    assert (g.name, g.module, g.kind, g.doc) == ("g", "txl_minimal.a", "function", "What f is.")
+    assert g.signature == "g(x: ndarray | None, *, n: int = 2) -> str" and g.params == ["x", "n"]
+    assert (k.module, k.kind, k.signature, k.doc) == ("txl_minimal.b", "constant", "K = 3", "K's docstring.")
+    assert c.signature == "C(\n    # above\n    a: int = 1,  # after\n    b: list = [],\n)" and c.params == ["a", "b"]
+    assert [(m.name, m.kind, m.signature) for m in c.methods] == [("C.m", "method", "C.m() -> int")]
+    (tmp_path / "txl_minimal" / "__init__.py").write_text("__all__ = ['nowhere']\n")
+    with pytest.raises(SystemExit, match=r"txl_minimal\.nowhere is exported but neither defined nor imported .*Fix:"):
+        build.api_entries(tmp_path, extra=())
+
+
+@pytest.mark.parametrize("text, markdown", [
+    ("<unk> and <eos>", r"\<unk\> and \<eos\>"), ("$TXL_CORPUS, $x", r"\$TXL\_CORPUS, \$x"),
+    ("``a_b*c`` but a_b*c", r"``a_b*c`` but a\_b\*c"), ("[0, vocab_size)", r"\[0, vocab\_size)")])
+def test_docstring_prose_is_escaped_for_markdown_outside_code(text, markdown):
+    assert build.md_text(text) == markdown
+
+
+def test_docstring_sections_and_indented_text_render_as_blocks():
+    doc = ("Summary.\n\nProse.\n  x   a table\n  y   row\n- item\n  goes on\n\n"
+           "Args:\n    n: the count,\n        continued.\n\nReturns:\n    Two.\n\nExamples:\n    >>> 1 + 1\n    2\n")
+    _, sections = build.docstring_sections(doc)
+    assert list(sections) == ["Args", "Returns", "Examples"] and sections["Examples"] == ">>> 1 + 1\n2"
+    assert build.docstring_markdown(doc) == (
+        "Summary.\n\nProse.\n\n```text\nx   a table\ny   row\n```\n\n- item\n  goes on\n\n"
+        "**Args:**\n\n- `n`: the count, continued.\n\n**Returns:** Two.\n\n"
+        "**Examples:**\n\n```pycon\n>>> 1 + 1\n2\n```")
+
+
+def test_a_long_signature_is_shown_one_parameter_a_line():
+    assert build.signature("f", ["a: int", "b: str = 'x'"], "None") == "f(a: int, b: str = 'x') -> None"
+    long = build.signature("f", [f"argument_{i}: int = {i}" for i in range(6)], "dict").splitlines()
+    assert long[0] == "f(" and long[1] == "    argument_0: int = 0," and long[-1] == ") -> dict" and len(long) == 8
 
 
 def test_the_colab_badge_image_comes_from_the_site_and_its_link_stays():
@@ -173,7 +247,8 @@ def test_the_site_has_the_landing_page_the_package_map_every_notebook_and_every_
     html, pages = site
     notebook_pages = {notebook_facts(p)["page"] for p in NOTEBOOKS}
     docs = [f"{page}.html" for chapter in build.CHAPTERS.values() for page in chapter if page.startswith("docs/")]
-    assert {"index.html", "package_map.html", "contributing.html"} | notebook_pages | set(docs) <= set(pages)
+    built = {"index.html", "package_map.html", "api.html", "contributing.html"}
+    assert built | notebook_pages | set(docs) <= set(pages)
     assert len(notebook_pages) == len(NOTEBOOKS) == 9 and len(docs) == len(build.docs_pages()) > 0
     index = " ".join(pages["index.html"].text)
     assert "Transformer-XL in five lines" in index and "Notation (every notebook)" in index  # the README, whole
@@ -185,6 +260,19 @@ def test_the_site_has_the_landing_page_the_package_map_every_notebook_and_every_
     for module in ("model.py", "fast.py", "train.py", "tutorial/plotting.py"):
         assert f"txl_minimal/{module}" in package_map
     assert build.module_summary(ROOT / "txl_minimal" / "model.py") in package_map
+
+
+def test_the_api_page_has_an_entry_an_anchor_and_examples_for_every_public_name(site):
+    html, pages = site
+    api = pages["api.html"]
+    entries = build.api_entries()
+    for e in entries:
+        assert section_id(e.name) in api.ids and f"#{section_id(e.name)}" in api.links, e.name  # the index links it
+    text = " ".join("".join(api.text).split())  # Sphinx puts each word of inline code in its own span
+    assert [e.name for e in entries if f"from {e.imported_from} import {e.name}" not in text] == []
+    assert (html / "api.html").read_text(encoding="utf-8").count('class="highlight-pycon') >= len(entries)
+    # the guide leads to it: the course page's link to the package's list of names
+    assert "../api.html" in pages["docs/course.html"].links
 
 
 def test_every_resource_comes_from_the_site_itself(site):

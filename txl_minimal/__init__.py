@@ -64,7 +64,8 @@ from .model import TXLConfig, TXLOutput, TransformerXL  # noqa: E402
 _LAZY = {"TrainConfig": "train", "preset": "train", "save": "checkpoint", "load": "checkpoint",
          "save_checkpoint": "checkpoint", "load_checkpoint": "checkpoint", "model_from_checkpoint": "checkpoint",
          "official_state_dict": "checkpoint", "load_official_state_dict": "checkpoint",
-         "read_segments": "evaluate", "sliding_window_eval": "evaluate", "load_pretrained": "pretrained"}
+         "read_segments": "evaluate", "sliding_window_eval": "evaluate", "load_pretrained": "pretrained",
+         "TrainResult": "run_folder"}
 
 __all__ = ["TXLConfig", "TXLOutput", "TransformerXL", "VOCAB", "VOCAB_SIZE", "Corpus",
            "LMOrderedIterator", "as_ids", "decode", "encode", "generate_text", "load_corpus"] + list(_LAZY)

@@ -17,9 +17,23 @@ import torch
 
 
 def as_ids(data, limit: int | None = None) -> torch.Tensor:
-    """Token ids (list, numpy array or memmap, tensor) as a new LongTensor on the CPU.
+    """Token ids (a list, a NumPy array or memmap, a tensor) as a new LongTensor on the CPU.
 
-    ``limit`` keeps only the first that many. Floats are refused rather than truncated.
+    ``data``: the ids, of any integer type (a corpus's uint8 or uint16 ids too); floats are refused
+    rather than truncated. ``limit`` keeps only the first that many (None: all).
+
+    Returns:
+        A new int64 tensor on the CPU (a copy: changing it leaves ``data`` alone); ``[None]`` makes
+        it the batch of one row a model reads.
+
+    Examples:
+        >>> as_ids([3, 1, 2], limit=2)
+        tensor([3, 1])
+        >>> as_ids(encode("the"))[None]
+        tensor([[20,  8,  5]])
+        >>> as_ids([0.5])
+        Traceback (most recent call last):
+        ValueError: token ids must be integers, got float64. Encode text with encode().
     """
     data = data[:limit] if limit is not None else data
     if not isinstance(data, torch.Tensor):
@@ -64,15 +78,27 @@ def check_split(n_tokens: int, split: str, corpus: str, unit: str = "token", bat
 class LMOrderedIterator:
     """Serve a token stream as in-order segments, batch first, for recurrence memory.
 
-    The stream is cut into `batch_size` contiguous columns (row b of every batch
-    continues row b of the previous one, so mems carry over). Each step yields
-    inputs (batch, L) and targets (batch, L), the same columns shifted by one.
+    The stream ``data`` (token ids: a corpus split, a list, a tensor) is cut into ``batch_size``
+    contiguous columns (row b of every batch continues row b of the previous one, so mems carry
+    over), read ``tgt_len`` tokens at a time, on ``device``.
 
     - training (default): every segment has L = tgt_len; the short tail is dropped.
     - evaluation=True: the last, shorter segment is kept, so every token of each
       column (after its first) is predicted exactly once.
     - var_len=True: the authors' training trick; L ~ N(tgt_len, 5) (and tgt_len/2
-      with p=0.05), clipped to [5, tgt_len + 15]; len() is then only an estimate.
+      with p=0.05), clipped to [5, tgt_len + 15], drawn from ``seed``; len() is then only an estimate.
+
+    Yields:
+        (inputs, targets): two (batch_size, L) LongTensors, the targets the same columns shifted by
+        one. ``len(it)`` is the number of segments.
+
+    Examples:
+        >>> it = LMOrderedIterator(encode("abcdefghijklmnopqrstuvwxyz"), batch_size=2, tgt_len=4)
+        >>> len(it)
+        3
+        >>> x, y = next(iter(it))
+        >>> x.shape, decode(x[0]), decode(y[0]), decode(x[1])        # row 1 starts half way
+        (torch.Size([2, 4]), 'abcd', 'bcde', 'nopq')
     """
 
     def __init__(self, data, batch_size: int, tgt_len: int, device: str | torch.device = "cpu",

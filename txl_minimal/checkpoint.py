@@ -108,10 +108,23 @@ def _with_checksums(state: dict) -> dict:
 
 
 def save_checkpoint(state: dict, path: str | Path) -> None:
-    """Write ``state`` atomically (a crash mid-write leaves the previous file intact), with the
-    checksums of its ``model`` weights and of everything in it, which ``load_checkpoint`` verifies:
-    torch.save, or for a path ending in .safetensors the weights as tensors and every other entry as
-    JSON in the file's metadata (no pickle). A full disk is a ``utils.WriteError`` saying so."""
+    """Write a checkpoint: the dict ``state`` at ``path``, atomically, with checksums.
+
+    A crash mid-write leaves the previous file intact. The checksums of its ``model`` weights and of
+    everything in it are added, which ``load_checkpoint`` verifies: torch.save, or for a ``path``
+    ending in .safetensors the weights as tensors and every other entry as JSON in the file's
+    metadata (no pickle). A full disk is a ``utils.WriteError`` saying so. ``save(model, path)``
+    is this for a model alone.
+
+    Returns:
+        None; the file is written.
+
+    Examples:
+        >>> model = load_pretrained("txl-tiny")
+        >>> save_checkpoint({"model": model.state_dict(), "model_config": model.cfg.to_dict(), "step": 7}, "ckpt.pt")
+        >>> sorted(load_checkpoint("ckpt.pt"))                 # the format and the two checksums added
+        ['format', 'model', 'model_config', 'model_sha256', 'state_sha256', 'step']
+    """
     refuse_empty_path(path, "the checkpoint's path")
     state = _with_checksums(state)
     if Path(path).suffix == SAFETENSORS:
@@ -155,10 +168,23 @@ def checkpoint_bytes(state: dict, path: str | Path = "ckpt.pt") -> bytes:
 
 
 def save(model: torch.nn.Module, path: str | Path) -> None:
-    """Save a model, e.g. one trained in your own loop: its config and weights (with their
-    checksum), the format of every checkpoint here; a PATH ending in .safetensors is written
-    without pickle, readable by other tools. ``load(path)`` gives it back;
-    ``python -m txl_minimal.evaluate PATH --corpus text8-mini`` scores it."""
+    """Save a model (one trained in your own loop, or by ``train``) to the file ``path``.
+
+    Its config, weights (with their checksum) and vocabulary, where the model knows it (a model
+    trained on your own text: its characters or words), in the format of every checkpoint here;
+    a ``path`` ending in .safetensors is written without pickle, readable by other tools (the
+    shipped models are). ``load(path)`` gives it back;
+    ``python -m txl_minimal.evaluate PATH --corpus text8-mini`` scores it.
+
+    Returns:
+        None; the file is written atomically (a crash mid-write leaves no half file).
+
+    Examples:
+        >>> model = load_pretrained("txl-tiny")
+        >>> save(model, "mine.safetensors")
+        >>> load("mine.safetensors").cfg == model.cfg
+        True
+    """
     vocab = model_vocab(model)
     model = unwrap(model)
     weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
@@ -167,8 +193,25 @@ def save(model: torch.nn.Module, path: str | Path) -> None:
 
 
 def load(path: str | Path, device: str | torch.device = "cpu") -> TransformerXL:
-    """The model in a checkpoint (``save``, a run's ckpt.pt), a run directory (its best.pt, else its
-    ckpt.pt) or a shipped name ("txl"), in eval mode."""
+    """Load a model: from a checkpoint file, a run's folder or a shipped model's name.
+
+    ``path``: a file ``save`` wrote (or a run's ckpt.pt), a run directory (its best.pt, else its
+    ckpt.pt) or a shipped name ("txl", "txl-tiny", ...). ``device``: where its weights go ("cpu",
+    "cuda"). The checksums are verified: a damaged file is a ValueError, not a model.
+
+    Returns:
+        The ``TransformerXL``, in eval mode, knowing its unit and vocabulary where the file says
+        (``generate_text`` uses them).
+
+    Examples:
+        >>> save(load_pretrained("txl-tiny"), "mine.pt")
+        >>> model = load("mine.pt")
+        >>> model.training, model.unit, model.num_params()
+        (False, 'character', 860315)
+        >>> load("no-such-run")
+        Traceback (most recent call last):
+        FileNotFoundError: nothing to evaluate at no-such-run: not a shipped model (txl, vanilla, txl-tiny, ...
+    """
     return model_from_checkpoint(load_checkpoint(checkpoint_file(path), map_location=device), device)
 
 
@@ -189,8 +232,27 @@ def check_config(saved: dict, cfg: TXLConfig, what: str = "checkpoint") -> None:
 
 def load_checkpoint(path: str | Path, model_cfg: Optional[TXLConfig] = None,
                     map_location: str | torch.device = "cpu") -> dict:
-    """Load a checkpoint safely (weights_only=True), verify its weights' checksum and, if
-    given, its model config. A damaged or incomplete file raises ``ValueError``."""
+    """Read a checkpoint file safely (weights_only=True) and verify its checksums.
+
+    ``path``: a file ``save_checkpoint``, ``save`` or a training run wrote. ``model_cfg``, if given,
+    must be the config it was saved with (else a ValueError naming each field that differs).
+    ``map_location``: where its tensors go. A damaged or incomplete file raises ``ValueError``.
+
+    Returns:
+        The dict that was saved, with its "format" and checksum entries: "model" (the weights),
+        "model_config", and whatever else was saved (a run's: "optimizer", "step", ...).
+
+    Examples:
+        >>> model = load_pretrained("txl-tiny")
+        >>> save_checkpoint({"model": model.state_dict(), "model_config": model.cfg.to_dict()}, "ckpt.pt")
+        >>> load_checkpoint("ckpt.pt", model.cfg)["model_config"]["n_layer"]
+        4
+        >>> from pathlib import Path
+        >>> _ = Path("cut.pt").write_bytes(Path("ckpt.pt").read_bytes()[:1000])    # a copy cut short
+        >>> load_checkpoint("cut.pt")
+        Traceback (most recent call last):
+        ValueError: checkpoint cut.pt is corrupt or incomplete (1,000 bytes; torch.load: ...). Fix: use an intact ...
+    """
     refuse_empty_path(path, "the checkpoint's path")
     if not Path(path).exists():
         raise FileNotFoundError(f"no checkpoint at {path}. Fix: check the path (--out, or the "
@@ -276,8 +338,21 @@ def _non_finite(weights: dict, what: str) -> Optional[str]:
 
 
 def model_from_checkpoint(ckpt: dict, device: str | torch.device = "cpu") -> TransformerXL:
-    """The TransformerXL a loaded checkpoint (or shipped .safetensors) describes, in eval mode, knowing its
-    unit and vocabulary where the checkpoint tells (``checkpoint_vocab``; generate_text uses them)."""
+    """The model a loaded checkpoint describes: built from its config, with its weights.
+
+    ``ckpt``: what ``load_checkpoint`` returned (a run's checkpoint, a shipped .safetensors);
+    ``device``: where the model goes. ``load(path)`` is this after ``load_checkpoint(path)``.
+
+    Returns:
+        The ``TransformerXL``, in eval mode, knowing its unit and vocabulary where the checkpoint
+        tells (``checkpoint_vocab``; generate_text uses them).
+
+    Examples:
+        >>> save(load_pretrained("txl-tiny"), "mine.pt")
+        >>> ckpt = load_checkpoint("mine.pt")
+        >>> model_from_checkpoint(ckpt).cfg.d_model
+        128
+    """
     model = TransformerXL(TXLConfig(**ckpt["model_config"])).to(check_device(device, "device"))
     model.load_state_dict(ckpt["model"])
     attach_vocab(model, checkpoint_vocab(ckpt))
@@ -331,7 +406,20 @@ _OFFICIAL = {"word_emb.weight": "word_emb.emb_layers.0.weight", "out_bias": "cri
 
 
 def official_state_dict(model: TransformerXL) -> dict[str, torch.Tensor]:
-    """The model's weights under the names of the authors' PyTorch code."""
+    """The model's weights under the names of the authors' PyTorch code (``MemTransformerLM``).
+
+    ``model``: a TransformerXL with ``attn_type="rel"`` (the others have no counterpart there: a
+    ValueError). Their code stores the tied softmax weight twice; so does this.
+
+    Returns:
+        A dict of name -> tensor (copies), as their ``state_dict()`` names them, ready for their
+        ``load_state_dict``.
+
+    Examples:
+        >>> sd = official_state_dict(load_pretrained("txl-tiny"))
+        >>> sd["word_emb.emb_layers.0.weight"].shape, "crit.out_layers.0.bias" in sd
+        (torch.Size([27, 128]), True)
+    """
     if model.cfg.attn_type != "rel":
         raise ValueError("only attn_type='rel' has an official counterpart")
     sd = {_OFFICIAL.get(k, k): t.detach().clone() for k, t in model.state_dict().items()}
@@ -341,7 +429,22 @@ def official_state_dict(model: TransformerXL) -> dict[str, torch.Tensor]:
 
 
 def load_official_state_dict(model: TransformerXL, sd: dict[str, torch.Tensor]) -> None:
-    """Load weights saved by the authors' ``MemTransformerLM`` into ``model``."""
+    """Load weights saved by the authors' ``MemTransformerLM`` into ``model``.
+
+    ``sd``: their ``state_dict()`` (names as ``official_state_dict`` gives them); ``model``: a
+    TransformerXL of the same sizes, with ``attn_type="rel"``. A missing, extra or non-finite
+    tensor, or tied weights that differ, is a ValueError naming it.
+
+    Returns:
+        None; ``model``'s weights are replaced in place.
+
+    Examples:
+        >>> model = load_pretrained("txl-tiny")
+        >>> twin = TransformerXL(model.cfg)
+        >>> load_official_state_dict(twin, official_state_dict(model))
+        >>> bool((twin.out_bias == model.out_bias).all())
+        True
+    """
     if model.cfg.attn_type != "rel":
         raise ValueError("only attn_type='rel' has an official counterpart")
     problem = non_finite(sd, "official state dict tensor")

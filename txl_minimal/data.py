@@ -49,14 +49,29 @@ __all__ = ["CORPORA", "WORD_CORPORA", "load_corpus", "generate_text", "is_corpus
 
 
 def generate_text(model: torch.nn.Module, prompt: str, n_new: int, **kwargs) -> str:
-    """``model.generate`` for text: the prompt encoded, ``n_new`` tokens sampled after it, and the
-    result as text that starts with the prompt. A text8 character model reads space and a-z; a
-    model trained on a text file reads and writes that file's characters (a prompt character
+    """Text from a model: the ``prompt`` encoded, ``n_new`` tokens sampled after it, decoded.
+
+    ``model.generate`` for text, in the model's own vocabulary. A text8 character model reads space
+    and a-z; a model trained on a text file reads and writes that file's characters (a prompt character
     outside them is a ValueError naming it); a word model that knows its vocabulary (loaded from a
     checkpoint, or returned by ``train``) reads the prompt's words (``<unk>`` for one it lacks) and
     adds ``n_new`` words, joined by spaces; an enwik8 model (``unit == "byte"``) reads the prompt's
     UTF-8 bytes and writes bytes read as UTF-8.
-    ``kwargs`` go to ``model.generate`` (temperature, top_k, generator)."""
+    ``kwargs`` go to ``model.generate``: ``temperature`` (0: greedy), ``top_k`` (1: greedy),
+    ``generator`` (a seeded ``torch.Generator``: the same text every time).
+
+    Returns:
+        The prompt followed by the new text, a str.
+
+    Examples:
+        >>> model = load_pretrained("txl-tiny")
+        >>> generate_text(model, "the king of ", 20, top_k=1)
+        'the king of the south and the st'
+        >>> generate_text(model, "The King", 20)
+        Traceback (most recent call last):
+        ValueError: encode: character 'T' at position 0 is not in VOCAB ' abcdefghijklmnopqrstuvwxyz'
+    """
+
     if isinstance(prompt, str) and not prompt.strip() and (prompt == "" or getattr(model, "unit", None) == "word"):
         raise ValueError("generate_text got an empty prompt: the model continues a text, so it needs at least "
                          "one character (a word model: one word) to start from. Fix: e.g. "
@@ -139,19 +154,36 @@ def unknown_corpus(name) -> ValueError:
 def load_corpus(name: str | os.PathLike = "auto", data_dir: str | Path | None = None, download: bool = True, *,
                 unit: str | None = None, split: tuple[float, float, float] | None = None,
                 max_vocab: int | None = None) -> Corpus:
-    """Load a corpus by name: characters "text8", "text8-mini" or "auto" (text8 if present or
-    downloadable, else mini); words "text8-mini-words" (offline), "wt103" or "wt2" (WikiText);
-    or a UTF-8 text file of your own by its path (text_file.py): its characters, or its words with
-    ``unit="word"``; ``split`` its (train, valid, test) fractions, default (0.9, 0.05, 0.05);
+    """Load a corpus by name, or a UTF-8 text file of your own by its path.
+
+    ``name``: characters "text8", "text8-mini" or "auto" (text8 if present or downloadable, else
+    mini); words "text8-mini-words" (offline), "wt103" or "wt2" (WikiText); bytes "enwik8"; or the
+    path to a UTF-8 text file (text_file.py): its characters, or its words with ``unit="word"``;
+    ``split`` its (train, valid, test) fractions, default (0.9, 0.05, 0.05), cut in that order;
     ``max_vocab`` a cap on its vocabulary. (A named corpus has its own unit and splits: those
-    three are for a file; ``unit`` may repeat a named corpus's own.)
+    three are for a file; ``unit`` may repeat a named corpus's own.) ``data_dir``: where downloads
+    and caches go (default: $TXL_DATA_DIR, else data/text8/ in a clone, ~/.cache/txl_minimal/text8
+    for an installed package); ``download=False`` never fetches (a missing corpus is then a
+    CorpusError saying how to get it).
 
     $TXL_CORPUS, when set, overrides a corpus name (so CI can force text8-mini everywhere), never
     the path to a file.
 
+    Returns:
+        A ``Corpus``: its ``train``, ``valid`` and ``test`` ids, ``vocab`` and ``unit``.
+
+    Examples:
         >>> load_corpus("text8-mini")
         Corpus('text8-mini', train=2,759,702, valid=153,317, test=153,317, vocab_size=27)
-        >>> mine = load_corpus("my.txt", unit="word")    # doctest: +SKIP
+        >>> from pathlib import Path
+        >>> _ = Path("my.txt").write_text("Привет, мир!\\nПока, мир.\\n" * 50, encoding="utf-8")
+        >>> mine = load_corpus("my.txt")                     # its characters: any script
+        >>> mine
+        Corpus('.../my.txt', train=1,080, valid=60, test=60, vocab_size=16)
+        >>> mine.decode(mine.encode("мир"))
+        'мир'
+        >>> load_corpus("my.txt", unit="word", split=(0.8, 0.1, 0.1)).vocab[:4]    # words: <eos> ends a line
+        ('<eos>', '<unk>', 'Привет,', 'мир!')
     """
     if not is_corpus_path(name):
         name = os.environ.get("TXL_CORPUS") or name

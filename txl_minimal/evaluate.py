@@ -43,13 +43,30 @@ def read_segments(model: TransformerXL, tokens: torch.Tensor, targets: Optional[
                   clamp_len: Optional[int] = None, same_length: Optional[bool] = None,
                   first_len: Optional[int] = None, attn_last: int = 0,
                   terms: bool = False) -> Iterator[tuple[int, TXLOutput]]:
-    """Read ``tokens`` (B, N) segment by segment, carrying the memory, in eval mode with these
-    lengths: yields ``(start, output)`` for ``tokens[:, start:start + tgt_len]``. ``targets`` give
-    ``output.nll``; ``first_len`` is the first segment's length; the last ``attn_last`` segments
-    also return their attention (and the score terms with ``terms``).
+    """Read a long text segment by segment, carrying the memory (Sec. 3.2), in eval mode.
+
+    ``tokens`` (B, N) ids are cut into segments of ``tgt_len``; ``targets`` (B, N), if given, are
+    scored (``output.nll``). ``tgt_len``, ``mem_len``, ``clamp_len``, ``same_length``: the lengths
+    to read with (None: the model's own; they are restored afterwards). ``first_len`` is the first
+    segment's length; the last ``attn_last`` segments also return their attention (and the score
+    terms with ``terms``).
 
     The inputs are checked once, here (``model(...)`` would check every segment's ids again,
-    and on a GPU each check waits for the queued work); the segments run ``model.segment``."""
+    and on a GPU each check waits for the queued work); the segments run ``model.segment``.
+
+    Yields:
+        ``(start, output)`` for each segment ``tokens[:, start:start + tgt_len]``, ``output`` its
+        ``TXLOutput`` (its ``mems`` are what the next segment reads).
+
+    Examples:
+        >>> model = load_pretrained("txl-tiny")
+        >>> ids = as_ids(encode("the king of the north and the queen of the south " * 2))[None]   # (1, 98)
+        >>> [(start, out.nll.shape[1]) for start, out in read_segments(model, ids[:, :-1], ids[:, 1:], tgt_len=32)]
+        [(0, 32), (32, 32), (64, 32), (96, 1)]
+        >>> *_, (start, last) = read_segments(model, ids[:, :96], tgt_len=32, mem_len=64, attn_last=1)
+        >>> start, last.attn[0].shape                         # (B, n_head, T, M + T): 64 remembered
+        (64, torch.Size([1, 4, 32, 96]))
+    """
     yield from _read(model, None, tokens, targets, tgt_len, mem_len, clamp_len, same_length, first_len,
                      attn_last, terms)
 
@@ -184,15 +201,17 @@ def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[
              mem_len: Optional[int] = None, clamp_len: Optional[int] = None,
              same_length: Optional[bool] = None, max_tokens: Optional[int] = None,
              progress: bool = False, per_token: bool = False, compile: Optional[str] = None) -> dict:
-    """Bits per character of ``data`` read in segments with memory carried (Sec. 3.2); for word
-    ids read "ppl" (perplexity), also returned, as is "loss" (mean NLL in nats).
+    """Score ``model`` on the token ids ``data``, read in segments with the memory carried (Sec. 3.2).
 
+    Bits per character; for word ids read "ppl" (perplexity), also returned, as is "loss" (mean NLL
+    in nats). ``data``: a corpus split, a list, a NumPy array or a tensor of ids.
     Every token after the first is scored exactly once, the last short segment
     included: the text is cut into ``batch_size`` columns and column b also predicts
     the first token of column b+1 (the last column is padded; padding is not scored).
     Each column starts with an empty memory, so ``batch_size=1`` gives every token the
     longest context. ``max_tokens`` scores only the first that many predictions.
-    Lengths left as None keep the model's; they are restored afterwards. ``per_token``
+    Lengths (``tgt_len``, ``mem_len``, ``clamp_len``, ``same_length``) left as None keep the model's;
+    they are restored afterwards. ``per_token``
     adds "nll": the NLL in nats of every prediction, in text order (float64 numpy). ``compile``:
     the segments compiled by torch.compile in that mode ("default", or "reduce-overhead": with CUDA
     graphs, for a small batch on a GPU, where launching kernels takes longer than running them);
@@ -201,7 +220,19 @@ def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[
     "settings" holds the lengths and batch size used; a tgt_len or mem_len longer than a column, or
     more columns than predictions, is cut to it (the same numbers), and "capped" names each that was,
     {name: (asked, why)}. A segment whose attention cannot fit the device's memory is a ValueError
-    naming the length to lower.
+    naming the length to lower. ``progress`` shows a bar.
+
+    Returns:
+        A dict: "bpc", "ppl", "loss" (mean NLL in nats), "tokens" (the predictions scored), "settings",
+        "capped" and, with ``per_token``, "nll".
+
+    Examples:
+        >>> from txl_minimal.evaluate import evaluate
+        >>> model = load_pretrained("txl-tiny")                   # trained with a memory of 64
+        >>> valid = load_corpus("text8-mini").valid[:2001]
+        >>> no_memory, memory = evaluate(model, valid, mem_len=0), evaluate(model, valid)
+        >>> memory["tokens"], round(no_memory["bpc"], 2), round(memory["bpc"], 2)
+        (2000, 2.53, 2.42)
     """
     batch_size, max_tokens, tgt_len = _check_positive("evaluate", batch_size=batch_size, max_tokens=max_tokens,
                                                       tgt_len=tgt_len)
@@ -245,7 +276,7 @@ def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[
 def sliding_window_eval(model: TransformerXL, data, context: int,
                         max_predictions: Optional[int] = None, batch_size: int = 64,
                         progress: bool = False, per_token: bool = False) -> dict:
-    """The vanilla model's evaluation (Al-Rfou et al., 2018; Fig. 1b of the paper).
+    """Score ``data`` as the vanilla model is evaluated: a sliding window (Al-Rfou et al., 2018; Fig. 1b).
 
     Token t is predicted from the ``context`` tokens before it, in a window that
     advances ONE position per prediction and scores only its last position: one
@@ -254,8 +285,22 @@ def sliding_window_eval(model: TransformerXL, data, context: int,
     scores all its positions (each with the shorter context it has), so every token after the first counts once,
     as in ``evaluate``. ``max_predictions`` keeps only the first that many predictions.
     Windows are batched ``batch_size`` at a time; no memory is used. ``per_token`` adds
-    "nll", the NLL of every prediction in text order, as ``evaluate`` does. "settings" and
-    "capped" as in ``evaluate``: a context longer than the text is the text (one window).
+    "nll", the NLL of every prediction in text order, as ``evaluate`` does; ``progress`` shows a bar.
+    "settings" and "capped" as in ``evaluate``: a context longer than the text is the text (one window).
+    ``data``: token ids (a corpus split, a list, a tensor); ``model``: any TransformerXL.
+
+    Returns:
+        A dict: "bpc" (bits per character), "ppl" (perplexity: read it for words), "loss" (mean NLL
+        in nats), "tokens" (the predictions scored) and, with ``per_token``, "nll".
+
+    Examples:
+        >>> model = load_pretrained("txl-tiny")
+        >>> valid = load_corpus("text8-mini").valid
+        >>> result = sliding_window_eval(model, valid[:300], context=32, max_predictions=100)
+        >>> sorted(result), result["tokens"]
+        (['bpc', 'loss', 'ppl', 'tokens'], 100)
+        >>> round(result["bpc"], 1)
+        2.4
     """
     context, max_predictions, batch_size = _check_positive("sliding_window_eval", context=context,
                                                            max_predictions=max_predictions, batch_size=batch_size)

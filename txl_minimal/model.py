@@ -41,7 +41,24 @@ SPEEDUP = None  # fast.switch(model, on): set by fast.py on import; swaps in its
 
 @dataclass
 class TXLConfig:
-    """Hyper-parameters; the names are the authors' (their ``train.py`` flags)."""
+    """The model's hyper-parameters; the names are the authors' (their ``train.py`` flags).
+
+    L is ``tgt_len``, M ``mem_len``, N ``n_layer``, d ``d_model`` (the README's notation); each field's
+    comment says what it is. A field no model can have (a length below 0, an odd ``d_model``, a dropout
+    of 1) is a ValueError naming it, raised here rather than deep inside torch.
+
+    Returns:
+        The config (a dataclass): ``TransformerXL(cfg)`` builds its model, ``cfg.to_dict()`` is what a
+        checkpoint stores, ``dataclasses.replace(cfg, mem_len=256)`` a changed copy.
+
+    Examples:
+        >>> cfg = TXLConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, tgt_len=8, mem_len=8)
+        >>> cfg.vocab_size, cfg.attn_type
+        (27, 'rel')
+        >>> TXLConfig(mem_len=-1)
+        Traceback (most recent call last):
+        ValueError: TXLConfig.mem_len must be an integer >= 0, got -1
+    """
     vocab_size: int = 27
     n_layer: int = 4
     n_head: int = 4
@@ -85,14 +102,26 @@ class TXLConfig:
 class TXLOutput:
     """What ``TransformerXL.forward`` returns for a segment of B rows and T tokens.
 
-    logits: (B, T, vocab_size) next-token log-probabilities in nats, up to a per-row constant; with
+    Attributes:
+        logits: (B, T, vocab_size) next-token log-probabilities in nats, up to a per-row constant; with
             ``cutoffs`` exact log-probabilities, or None in training with targets (only ``nll``).
-    mems:   n_layer tensors (B, <=mem_len, d_model): what entered each layer, detached, in the parameters' dtype.
-    loss:   scalar mean NLL in nats (+ the adaptive-span penalty) if targets are given; bpc = loss / ln 2.
-    nll:    (B, T) NLL of every target, in nats (-ln p).
-    attn:   per layer (B, n_head, T, mlen + T) attention probabilities, rows sum to 1 (``return_attn``).
-    terms:  per layer {"a", "b", "c", "d"}: the score terms before the 1/sqrt(d_head) scaling,
-            (B, n_head, T, mlen + T), NaN where masked (``return_terms``)."""
+        mems: n_layer tensors (B, <=mem_len, d_model): what entered each layer, detached, in the parameters' dtype.
+        loss: scalar mean NLL in nats (+ the adaptive-span penalty) if targets are given; bpc = loss / ln 2.
+        nll: (B, T) NLL of every target, in nats (-ln p).
+        attn: per layer (B, n_head, T, mlen + T) attention probabilities, rows sum to 1 (``return_attn``).
+        terms: per layer {"a", "b", "c", "d"}: the score terms before the 1/sqrt(d_head) scaling,
+            (B, n_head, T, mlen + T), NaN where masked (``return_terms``).
+
+    Examples:
+        >>> import math
+        >>> model = load_pretrained("txl-tiny")
+        >>> ids = as_ids(encode("the cat sat on the mat"))[None]       # (1, 22)
+        >>> out = model(ids[:, :-1], targets=ids[:, 1:])
+        >>> out.logits.shape, out.nll.shape, len(out.mems), out.mems[0].shape
+        (torch.Size([1, 21, 27]), torch.Size([1, 21]), 4, torch.Size([1, 21, 128]))
+        >>> round(out.loss.item() / math.log(2), 1)                   # bits per character
+        3.3
+    """
     logits: Optional[torch.Tensor]
     mems: list[torch.Tensor]
     loss: Optional[torch.Tensor] = None
@@ -267,11 +296,28 @@ class DecoderLayer(nn.Module):
 
 
 class TransformerXL(nn.Module):
-    """Character/word LM with segment-level recurrence. ``out = model(tokens, mems, targets,
-    return_attn=False, return_terms=False)`` runs one segment and returns a ``TXLOutput``:
+    """Transformer-XL (Sec. 3 of the paper): a character or word language model with segment-level recurrence.
+
+    Built from a ``TXLConfig`` (``cfg``), in training mode, as any torch module.
+    ``out = model(tokens, mems, targets, return_attn=False, return_terms=False)`` runs one segment:
       tokens   (B, T) integer ids in [0, vocab_size); text: ``txl_minimal.encode``
       mems     the previous segment's ``out.mems`` (None: empty); pass ``out.mems`` to the next
       targets  (B, T) integer ids to score (None: no loss); return_attn, return_terms: see TXLOutput
+
+    Returns:
+        The model (a ``torch.nn.Module``); calling it returns a ``TXLOutput``. ``model.generate``
+        samples ids, ``model.lengths(...)`` evaluates with other lengths (its methods, below).
+
+    Examples:
+        >>> model = TransformerXL(TXLConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64,
+        ...                                 tgt_len=8, mem_len=8))
+        >>> x = as_ids(encode("the cat sat on a mat"))[None]            # (1, 20) token ids
+        >>> out = model(x[:, :8])                                       # the first segment
+        >>> out.logits.shape, out.mems[0].shape
+        (torch.Size([1, 8, 27]), torch.Size([1, 8, 32]))
+        >>> out = model(x[:, 8:16], out.mems, return_attn=True)        # the next one reads the memory too
+        >>> out.attn[0].shape                                           # (B, n_head, T, M + T)
+        torch.Size([1, 2, 8, 16])
     """
 
     def __init__(self, cfg: TXLConfig):

@@ -103,7 +103,24 @@ def _check_name(name: str) -> None:
 
 
 def load_pretrained(name: str = "txl", device: str | torch.device = "cpu") -> TransformerXL:
-    """A shipped model, in eval mode, from the package files (no network)."""
+    """A model shipped with the package, read from its files (no network).
+
+    ``name``: "txl" and "vanilla" (4 layers, d_model 256, 3.4M parameters each) or "txl-tiny" and
+    "vanilla-tiny" (d_model 128), trained on text8-mini (docs/models.md: their bpc, with and without
+    memory); ``device``: where its weights go. Its size and SHA-256 are checked against
+    pretrained/MANIFEST.json first.
+
+    Returns:
+        The ``TransformerXL``, in eval mode, reading text8's 27 characters.
+
+    Examples:
+        >>> model = load_pretrained("txl-tiny")
+        >>> model.cfg.n_layer, model.cfg.mem_len, model.training
+        (4, 64, False)
+        >>> load_pretrained("gpt2")
+        Traceback (most recent call last):
+        ValueError: unknown pretrained model 'gpt2'; available: txl, vanilla, txl-tiny, vanilla-tiny
+    """
     _check_name(name)
     path = PRETRAINED_DIR / f"{name}{SAFETENSORS}"
     if not path.exists():

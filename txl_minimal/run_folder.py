@@ -41,7 +41,30 @@ LOCK = "train.lock"  # OUT/train.lock: the pid, host and start of the training w
 
 @dataclass
 class TrainResult:
-    """What ``train`` returns."""
+    """What ``train`` returns: the trained model and how its run went.
+
+    Attributes:
+        model: the model in its last state, unwrapped, in eval mode (``best_model()``: its best).
+        step: the steps trained, in all (a resumed run counts its earlier ones).
+        train_bpc: the mean training loss over the last log interval, in bits per token.
+        valid_bpc: the last evaluation's, in bits per token (``score()``: perplexity for words).
+        tokens_per_s: training speed, in tokens a second.
+        wall_time_s: training time, in seconds.
+        out: the run folder (ckpt.pt, best.pt, log.csv).
+        complete: True when ``resume=True`` found the run already at its last step (nothing trained).
+        unit: the corpus's: "character", "word" (reported in perplexity) or "byte".
+        best_valid_bpc: the best periodic evaluation, whose weights are out/best.pt.
+        best_step: its step (0: no periodic evaluation yet, no best.pt).
+
+    Examples:
+        >>> from txl_minimal.train import train
+        >>> result = train(*preset("cpu-tiny", max_steps=4, eval_interval=4, eval_tokens=256, out="run", amp="off"),
+        ...                progress=False)
+        >>> result.step, result.best_step, result.unit, result.score()[0]
+        (4, 4, 'character', 'bpc')
+        >>> result.best_model().training
+        False
+    """
 
     model: TransformerXL  # unwrapped, in eval mode
     step: int

@@ -36,7 +36,21 @@ from txl_minimal.utils import (NO_SPACE, WriteError, atomic_write, check_shipped
                                shipped_fix)
 
 VOCAB = " abcdefghijklmnopqrstuvwxyz"  # id 0 = space, 1 = a, ..., 26 = z
+"""text8's 27 characters in the order of their ids: space (id 0), then a to z (ids 1 to 26).
+
+Examples:
+    >>> VOCAB[0], VOCAB[1], VOCAB[26]
+    (' ', 'a', 'z')
+    >>> VOCAB.index("t")
+    20
+"""
 VOCAB_SIZE = len(VOCAB)
+"""27, the number of text8's characters: a text8 model's ``vocab_size`` (TXLConfig's default).
+
+Examples:
+    >>> VOCAB_SIZE, TXLConfig().vocab_size
+    (27, 27)
+"""
 # text8-mini ships inside the package (so `pip install .` has it too); REPO_DATA is the
 # repository's data/ folder, present only in a source checkout (its build script lives there).
 MINI_PATH = Path(__file__).resolve().parent / "corpus" / "text8-mini.txt.gz"
@@ -68,7 +82,21 @@ TEXT8 = Text8Source()
 
 
 def encode(text: str | bytes) -> np.ndarray:
-    """Map text over VOCAB to a uint8 array of ids; any other character is a ValueError."""
+    """Map text over text8's 27 characters (VOCAB) to their ids; any other character is a ValueError.
+
+    ``text``: a str, or bytes of those characters. For a corpus of another vocabulary (your own text,
+    words, enwik8) use its own ``corpus.encode``; a model's: ``generate_text``.
+
+    Returns:
+        A uint8 NumPy array, one id per character.
+
+    Examples:
+        >>> encode("the king")
+        array([20,  8,  5,  0, 11,  9, 14,  7], dtype=uint8)
+        >>> encode("The")
+        Traceback (most recent call last):
+        ValueError: encode: character 'T' at position 0 is not in VOCAB ' abcdefghijklmnopqrstuvwxyz'
+    """
     raw = text.encode("latin-1", "replace") if isinstance(text, str) else text
     ids = _BYTE_TO_ID[np.frombuffer(raw, dtype=np.uint8)]
     bad = np.flatnonzero(ids == 255)
@@ -80,7 +108,22 @@ def encode(text: str | bytes) -> np.ndarray:
 
 
 def decode(ids) -> str:
-    """Map ids (list, numpy array or tensor, any device) back to a string."""
+    """Map text8 character ids back to text: the inverse of ``encode``.
+
+    ``ids``: a list, a NumPy array or a tensor (any device, any shape: read in order), each in [0, 27).
+
+    Returns:
+        The text, a str; an id outside [0, 27) is a ValueError.
+
+    Examples:
+        >>> decode([20, 8, 5])
+        'the'
+        >>> decode(as_ids(encode("the king")))
+        'the king'
+        >>> decode([27])
+        Traceback (most recent call last):
+        ValueError: decode: ids must lie in [0, 27), got 27..27
+    """
     if isinstance(ids, torch.Tensor):
         ids = ids.detach().cpu().numpy()
     ids = np.asarray(ids, dtype=np.int64).ravel()
@@ -91,10 +134,29 @@ def decode(ids) -> str:
 
 @dataclass(repr=False)
 class Corpus:
-    """Encoded train/valid/test splits (numpy arrays, possibly memory-mapped): uint8 character
-    ids over VOCAB, or int32 word ids over a tuple of symbols (``unit="word"``); a text file's
-    (text_file.py) ids over its own characters (a string) or words, in the narrowest integer type.
-    ``encode``/``decode`` turn text into its ids and back."""
+    """A corpus: its train, valid and test splits as token ids, with its vocabulary and unit.
+
+    ``load_corpus`` makes one: text8's uint8 character ids over VOCAB, a word corpus's int32 ids
+    over a tuple of words, a text file's (text_file.py) ids over its own characters (a string) or
+    words in the narrowest integer type, enwik8's over its bytes. ``corpus.encode``/``corpus.decode``
+    turn text into its ids and back.
+
+    Attributes:
+        name: "text8-mini", "wt103", ...; a text file's: its absolute path.
+        train: the training split's ids, a 1-d NumPy array (possibly memory-mapped: read-only).
+        valid: the validation split's ids, read after train.
+        test: the test split's ids, read after valid.
+        vocab: the symbol of each id: a str of characters, or a tuple of words (enwik8: of byte numbers, "32").
+        unit: "character" (scored in bpc), "word" (perplexity) or "byte" (enwik8, bpc).
+        vocab_size: len(vocab), the model's ``vocab_size``.
+
+    Examples:
+        >>> corpus = load_corpus("text8-mini")
+        >>> corpus.vocab_size, corpus.unit, corpus.train.dtype
+        (27, 'character', dtype('uint8'))
+        >>> corpus.decode(corpus.train[:24])
+        ' anarchism is a politica'
+    """
 
     name: str
     train: np.ndarray

@@ -69,7 +69,24 @@ CHOICES = dict(corpus=CORPORA, unit=UNITS, amp=("auto", "bf16", "fp16", "off"), 
 
 @dataclass
 class TrainConfig:
-    """Optimisation and bookkeeping; the model's hyper-parameters live in TXLConfig."""
+    """Training's settings: the corpus, optimisation and bookkeeping (the model's live in TXLConfig).
+
+    Each field's comment says what it is; the names are the authors' where they have one.
+    ``python -m txl_minimal.train --set name=value`` sets any of them. A value that cannot work
+    is a ValueError naming the field, before anything is written.
+
+    Returns:
+        The config (a dataclass); ``train(model_cfg, cfg)`` (in txl_minimal.train) runs it, and
+        ``preset(name)`` gives one with a preset's values.
+
+    Examples:
+        >>> cfg = TrainConfig(corpus="text8-mini", max_steps=100, out="runs/mine")
+        >>> cfg.batch_size, cfg.lr, cfg.split
+        (16, 0.001, None)
+        >>> TrainConfig(lr=0)
+        Traceback (most recent call last):
+        ValueError: TrainConfig.lr must be a number > 0, got 0
+    """
 
     corpus: str = "text8-mini"  # "text8" | "text8-mini" | "auto" | words: "text8-mini-words" | "wt103" | "wt2"
     # | the path to a UTF-8 text file of your own (text_file.py), read with these three (None: the defaults):
@@ -161,7 +178,24 @@ class TrainConfig:
 
 
 def preset(name: str, **overrides) -> tuple[TXLConfig, TrainConfig]:
-    """(model config, train config) of a preset; overrides go to whichever has the field."""
+    """The model and training configs of a named preset, with ``overrides`` applied.
+
+    ``name``: "cpu-tiny" (about a minute of one CPU core), "cpu-small", "cpu-base" (the shipped models'),
+    "gpu-small", "paper-base", "wt103-base" (docs/training.md: what each gave). ``overrides``
+    (``mem_len=256``, ``max_steps=100``) go to whichever config has the field; an unknown one is a
+    ValueError.
+
+    Returns:
+        ``(model_cfg, cfg)``: a ``TXLConfig`` and a ``TrainConfig``, for ``train(model_cfg, cfg)``.
+
+    Examples:
+        >>> model_cfg, cfg = preset("cpu-tiny", mem_len=16, max_steps=10)
+        >>> model_cfg.n_layer, model_cfg.mem_len, cfg.max_steps, cfg.out
+        (2, 16, 10, 'runs/cpu-tiny')
+        >>> preset("tiny")
+        Traceback (most recent call last):
+        ValueError: unknown preset 'tiny'; choose one of ['cpu-base', 'cpu-small', 'cpu-tiny', ...]
+    """
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
     model_kw, train_kw = dict(PRESETS[name]["model"]), dict(PRESETS[name]["train"])
@@ -303,10 +337,23 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     with a checkpoint, as if interrupted. progress: a bar and a line per evaluation; print_evals:
     those lines without the bar. Under torchrun each rank reads its own block of batch columns.
     best.pt holds the weights of the best periodic evaluation (every eval_interval steps and at
-    max_steps; not a stop_at's): ``TrainResult.best_model()`` loads it. Raises, before anything is
+    max_steps; not a stop_at's): ``TrainResult.best_model()`` loads it. ``model_cfg``, ``cfg``: the
+    model's and training's configs (``preset``); ``corpus``: a loaded Corpus (None: ``cfg.corpus``). Raises, before anything is
     written, ValueError for a split too short (``_check_splits``); during the run TrainingInterrupted
     (Ctrl-C, SIGTERM, SIGHUP: the step saved), TrainingStoppedAtOnce (a second one) or TrainingDiverged
-    (a NaN or inf: nothing of it saved). warmup_steps > max_steps is a warning."""
+    (a NaN or inf: nothing of it saved). warmup_steps > max_steps is a warning.
+
+    Returns:
+        A ``TrainResult``: the trained model (its last state, in eval mode), its step, bpc and speed.
+
+    Examples:
+        >>> from txl_minimal.train import train
+        >>> result = train(*preset("cpu-tiny", max_steps=4, eval_interval=4, eval_tokens=256, out="run", amp="off",
+        ...                           warmup_steps=1),
+        ...                progress=False)
+        >>> result.step, sorted(p.name for p in result.out.iterdir())
+        (4, ['best.pt', 'ckpt.pt', 'log.csv'])
+    """
     end = _last_step(cfg, stop_at)
     check_training_lengths(model_cfg, cfg)  # a clamp_len or same_length the model would ignore: refused now
     rank, world, local = distributed()

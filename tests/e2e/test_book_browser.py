@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import re
 import shutil
 import threading
 import urllib.error
@@ -197,6 +198,14 @@ def test_every_page_of_the_book_renders_in_a_real_browser(site, browser):
         assert len(figures) == facts["figures"] + facts["widgets"], facts["page"]
         if facts["widgets"]:
             assert "Live in Jupyter:" in seen["text"]
+
+    # the API reference: its index leads to an entry of every public name (and train, evaluate), on the page
+    api = pages["api.html"]
+    indexed = {urllib.parse.urlparse(url).fragment for url in api["internal"]
+               if url.split("#")[0].endswith("/api.html")}
+    for entry in build.api_entries():
+        section = re.sub(r"[^a-z0-9]+", "-", entry.name.lower()).strip("-")
+        assert section in indexed and section in api["ids"], entry.name
 
 
 FAULTY = """<!DOCTYPE html><html><head><meta charset="utf-8">
