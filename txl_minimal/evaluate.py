@@ -298,7 +298,7 @@ def sliding_window_eval(model: TransformerXL, data, context: int,
         >>> valid = load_corpus("text8-mini").valid
         >>> result = sliding_window_eval(model, valid[:300], context=32, max_predictions=100)
         >>> sorted(result), result["tokens"]
-        (['bpc', 'loss', 'ppl', 'tokens'], 100)
+        (['bpc', 'capped', 'loss', 'ppl', 'settings', 'tokens'], 100)
         >>> round(result["bpc"], 1)
         2.4
     """

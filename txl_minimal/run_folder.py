@@ -58,7 +58,8 @@ class TrainResult:
 
     Examples:
         >>> from txl_minimal.train import train
-        >>> result = train(*preset("cpu-tiny", max_steps=4, eval_interval=4, eval_tokens=256, out="run", amp="off"),
+        >>> result = train(*preset("cpu-tiny", max_steps=4, eval_interval=4, eval_tokens=256, out="run", amp="off",
+        ...                           warmup_steps=1),
         ...                progress=False)
         >>> result.step, result.best_step, result.unit, result.score()[0]
         (4, 4, 'character', 'bpc')
