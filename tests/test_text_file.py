@@ -302,6 +302,21 @@ def test_generate_text_names_the_characters_a_prompt_holds_outside_the_vocabular
     assert decode_symbols(encode_symbols("где", symbols), symbols) == "где"
 
 
+def test_a_model_with_more_ids_than_symbols_samples_only_its_symbols():
+    """A preset's vocab_size (27) above a small file's vocabulary (9): the ids past the symbols were never
+    trained on and mean nothing; generate draws only ids that have a symbol (they used to reach decode)."""
+    symbols = UNKNOWN_CHAR + "абвгде ."
+    torch.manual_seed(0)
+    model = TransformerXL(tiny_cfg(vocab_size=27)).eval()
+    with torch.no_grad():
+        model.out_bias[len(symbols):] = 10.0  # the meaningless ids are the likeliest
+    model.unit, model.vocab = "character", tuple(symbols)
+    out = generate_text(model, "где", 200, temperature=3.0, generator=torch.Generator().manual_seed(0))
+    assert len(out) == 203 and set(out) <= set(symbols)
+    ids = model.generate(torch.tensor([1, 2]), 200, temperature=3.0, generator=torch.Generator().manual_seed(0))
+    assert int(ids.max()) < len(symbols)
+
+
 def test_text8_models_and_encode_are_unchanged():
     model = txl_minimal.load_pretrained("txl-tiny")
     assert model.vocab == tuple(txl_minimal.VOCAB)

@@ -20,7 +20,9 @@ def generate(model: torch.nn.Module, prompt, n_new: int, temperature: float = 1.
              generator: Optional[torch.Generator] = None) -> torch.Tensor:
     """The prompt's token ids ((B, T) or (T,), a tensor or a list of ints) followed by ``n_new``
     ids sampled from ``model`` (a ``TransformerXL``); ``temperature == 0`` is greedy, ``top_k``
-    keeps the k most likely tokens. The model is in eval mode meanwhile, and comes back as it was."""
+    keeps the k most likely tokens. A model that knows its symbols (``model.vocab``: loaded from a checkpoint,
+    or returned by ``train``) draws only ids that have one. The model is in eval mode meanwhile, and comes
+    back as it was."""
     if isinstance(prompt, str):  # text is encoded where text lives, not in the model
         raise ValueError(f"generate takes token ids, not text (got {prompt!r}). Fix: "
                          "txl_minimal.generate_text(model, text, n_new), or pass token ids: "
@@ -30,6 +32,7 @@ def generate(model: torch.nn.Module, prompt, n_new: int, temperature: float = 1.
     squeeze = seq.dim() == 1
     seq = seq[None] if squeeze else seq
     L, recurrent = model.cfg.tgt_len, model.cfg.mem_len > 0
+    known = len(getattr(model, "vocab", None) or ())  # a model that knows its symbols (from its checkpoint)
     unread, mems = (seq if recurrent else seq[:, -L:]), None
     with model.lengths():  # eval mode, restored afterwards
         for _ in range(n_new):
@@ -37,6 +40,8 @@ def generate(model: torch.nn.Module, prompt, n_new: int, temperature: float = 1.
                 out = model(segment, mems)
                 mems = out.mems  # (empty without memory)
             logits = out.logits[:, -1].float()
+            if 0 < known < logits.size(-1):  # ids past its symbols (vocab_size larger than its text's): never drawn
+                logits[:, known:] = float("-inf")
             if top_k is not None:  # only the k most likely tokens may be drawn
                 kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
                 logits = logits.masked_fill(logits < kth, float("-inf"))
