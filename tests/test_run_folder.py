@@ -300,6 +300,14 @@ def test_best_checkpoint_is_part_of_the_run_in_out(tmp_path):
 
 # 5. Ctrl-C saves the step; resume ends bit-exactly where an uninterrupted run does ---------------
 
+def default_stop_signals() -> None:
+    """In a child about to start: Ctrl-C's and a closed terminal's default handling. A suite started in
+    the background (cmd &) inherits an ignored SIGINT, one started by nohup an ignored SIGHUP, and
+    training keeps ignoring an ignored signal on purpose: a terminal's process has neither ignored."""
+    for signum in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def test_ctrl_c_saves_a_resumable_checkpoint_and_resume_is_bit_exact(tmp_path, monkeypatch):
     steps, args = 600, ["--set", *TINY_SET, "dropout=0.1", "log_interval=5", "eval_interval=200"]
     out = tmp_path / "interrupted"
@@ -307,7 +315,7 @@ def test_ctrl_c_saves_a_resumable_checkpoint_and_resume_is_bit_exact(tmp_path, m
     # ignoring on purpose: give the child the default handler, as a terminal's process has)
     p = subprocess.Popen(cli(out, "--max-steps", str(steps), *args), env=ENV, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                         preexec_fn=default_stop_signals)
     wait_for_rows(out / "log.csv", 3)
     p.send_signal(signal.SIGINT)  # as Ctrl-C in the terminal does
     rc, err = p.wait(timeout=120), p.stderr.read()
@@ -357,7 +365,7 @@ def test_a_closed_terminal_saves_the_step(tmp_path):
     out, (terminal, its_end) = tmp_path / "run", pty.openpty()
     p = subprocess.Popen(cli(out, *LONG_RUN), env=ENV, stdin=its_end, stdout=its_end,
                          stderr=its_end, start_new_session=True,  # the terminal's session, as a shell's child
-                         preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+                         preexec_fn=lambda: (default_stop_signals(), fcntl.ioctl(0, termios.TIOCSCTTY, 0)))
     os.close(its_end)
     log, deadline = out / "log.csv", time.time() + 120
     while not (log.exists() and len(log.read_text().splitlines()) > 3) and time.time() < deadline:
@@ -380,21 +388,30 @@ def test_a_second_ctrl_c_stops_at_once_in_one_line(tmp_path, monkeypatch, capsys
     def add_and_press_ctrl_c_twice(self, nll):
         real_add(self, nll)
         os.kill(os.getpid(), signal.SIGINT)  # the first: finish this step and save it
-        while not Stop.requested:  # (its handler has run)
+        deadline = time.time() + 30
+        while not Stop.requested and time.time() < deadline:  # (its handler has run)
             pass
+        assert Stop.requested, "the first SIGINT never reached train's handler"
         os.kill(os.getpid(), signal.SIGINT)  # the second, before the save: stop at once
 
     monkeypatch.setattr(LossMeter, "add", add_and_press_ctrl_c_twice)
     capsys.readouterr()
-    with pytest.raises(SystemExit) as stopped:
-        train_main([*argv, "--resume"])
+    # a suite started in the background (cmd &, nohup, some CI runners) inherits an ignored SIGINT, which
+    # training keeps ignoring: give this process Ctrl-C's usual handler, as a terminal's python has
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            train_main([*argv, "--resume"])
+        handler_after = signal.getsignal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     err = capsys.readouterr().err
     assert stopped.value.code == 130 and "Traceback" not in err
     assert err.strip().splitlines()[-1] == (
         f"training stopped at once by a second Ctrl-C: no checkpoint of the step in progress was written; "
         f"{tmp_path}/ckpt.pt holds step 4, the last checkpoint: --resume continues from it.")
     assert (tmp_path / "ckpt.pt").read_bytes() == before and not (tmp_path / LOCK).exists()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler put back
+    assert handler_after is signal.default_int_handler  # the handler put back
 
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
@@ -408,7 +425,7 @@ def test_ctrl_c_and_divergence_under_torchrun(tmp_path):
     out = tmp_path / "ddp"
     args = ["--max-steps", "3000", "--set", *TINY_SET, "log_interval=5", "eval_interval=1000", "amp=off"]
     p = subprocess.Popen([*TORCHRUN, *cli(out, *args)[1:]], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+                         stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=default_stop_signals)
     wait_for_rows(out / "log.csv", 3)
     os.killpg(p.pid, signal.SIGINT)  # as Ctrl-C in a terminal: to torchrun and to both ranks
     _, err = p.communicate(timeout=180)
