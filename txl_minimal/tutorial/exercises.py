@@ -588,7 +588,7 @@ def check_span_mask(answer: Optional[Callable]) -> Optional[bool]:
     cases = []
     for z, ramp in (([3.0], 2), ([0.0, 5.5, 20.0], 4), ([10.0, 1.0], 32)):
         dist, z = torch.arange(24.0).view(4, 6), torch.tensor(z)
-        cases.append(((dist, z, ramp), span_mask(dist, z, ramp), f"z={z.tolist()}, R={ramp}"))
+        cases.append(((dist, z, ramp), span_mask(dist, z, ramp), f"z={z.tolist()}, ramp ρ={ramp}"))
     return _check("check_span_mask", answer, cases)
 
 
@@ -601,9 +601,9 @@ def check_span_mask_prediction(prediction) -> Optional[bool]:
     z, ramp, dist = SPAN_PREDICTION["z"], SPAN_PREDICTION["ramp"], SPAN_PREDICTION["dist"]
     want = [round(float(m), 6) for m in span_mask(torch.tensor(dist, dtype=torch.float64), torch.tensor([z]), ramp)[0]]
     return _check_prediction("check_span_mask_prediction", prediction, want,
-                             f"The mask is 1 up to x = z = {z:g}, then (R + z - x) / R down to 0 at "
-                             f"x = z + R = {z + ramp:g}: {want}",
-                             known=[([1.0, 0.0, 0.0, 0.0], "a hard mask at z: the ramp makes the fall linear over R"),
+                             f"The mask is 1 up to distance k = z = {z:g}, then (ρ + z - k) / ρ down to 0 at "
+                             f"k = z + ρ = {z + ramp:g}: {want}",
+                             known=[([1.0, 0.0, 0.0, 0.0], "a hard mask at z: the ramp makes the fall linear over ρ"),
                                     ([0.0, 0.5, 1.0, 1.0], "a mask rising with the distance: it falls")],
                              tol=0.02)
 
@@ -629,7 +629,7 @@ def check_span_memory(answer: Optional[Callable]) -> Optional[bool]:
         kept = att.trim_memory(torch.zeros(1, mem_len, 16)).size(1)
         assert kept == min(mem_len, needed + 1)
         cases.append(((spans, ramp, mem_len), needed,
-                      f"spans={[round(x, 2) for x in spans.tolist()]}, R={ramp}, M={mem_len}",
+                      f"spans={[round(x, 2) for x in spans.tolist()]}, ramp ρ={ramp}, mem_len={mem_len}",
                       _either_count(needed, kept)))
     return _check("check_span_memory", answer, cases)
 
