@@ -478,24 +478,24 @@ def check_mean_distance_fix(answer: Optional[Callable]) -> Optional[bool]:
     """05, exercise 1 (b): ``answer(attn)`` is the notebook's ``mean_distance`` with its bug fixed:
     attn (..., qlen, klen) over [memory o segment] -> (...,) the mean over queries of
     sum_j p_ij (distance of key j), compared with ``attention_maps.mean_attention_distance`` on
-    attention without memory (where the given function is right) and with it. An answer that
-    still behaves as the given function is told so, without the right numbers."""
+    attention without memory (where the given function is right) and with it. The function as
+    given is the untouched cell: not attempted yet (None), told so without the right numbers."""
     cases = [((a,), mean_attention_distance(a),
               f"qlen={q}, klen={k} ({'no memory' if q == k else f'a memory of {k - q}'})")
              for a, q, k in ((_attention(s, q, k), q, k) for s, q, k in ((0, 4, 4), (1, 3, 8), (2, 6, 16)))]
-    misreadings = [(_given_mean_distance, "this is still the function as given, right without memory and wrong "
-                                          "with it: find the bug, then run this cell again"),
-                   (_from_last_key, "every key's distance is counted from the last key, whatever the query: "
-                                    "query i is key klen - qlen + i, its own distance 0")]
+    readings = [(_given_mean_distance, None, "not attempted yet: this is still the function as given, right "
+                 "without memory and wrong with it: find the bug, fix it in the cell above, then run this cell again"),
+                (_from_last_key, False, "check_mean_distance_fix: not yet: every key's distance is counted from the "
+                 "last key, whatever the query: query i is key klen - qlen + i, its own distance 0")]
     if callable(answer):
-        for wrong, meaning in misreadings:
+        for wrong, verdict, message in readings:
             try:
                 same = all(_same(answer(*args), wrong(*args)) for args, *_ in cases)
             except Exception:  # a bug or None: _check below says what it is
                 same = False
             if same:
-                print(f"check_mean_distance_fix: not yet: {meaning}")
-                return False
+                print(message)
+                return verdict
     return _check("check_mean_distance_fix", answer, cases)
 
 
