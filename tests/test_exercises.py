@@ -24,6 +24,7 @@ CHECKS = [(exercises.check_mask, solutions.mask), (exercises.check_rel_shift, so
           (exercises.check_memory_shape, solutions.memory_shape),
           (exercises.check_lr, solutions.lr), (exercises.check_param_count, solutions.param_count),
           (exercises.check_mean_distance, solutions.mean_distance), (exercises.check_entropy, solutions.entropy),
+          (exercises.check_mean_distance_fix, solutions.mean_distance),
           (exercises.check_paired_gain, solutions.paired_gain),
           (exercises.check_relative_gain, solutions.relative_gain),
           (exercises.check_span_mask, solutions.span_mask), (exercises.check_span_memory, solutions.span_memory),
@@ -67,6 +68,7 @@ WRONG = [
     (exercises.check_param_count, lambda c: solutions.param_count(c) + 2 * c.n_layer * c.n_head * c.d_head),
     (exercises.check_mean_distance, lambda a: solutions.mean_distance(a.transpose(-1, -2)[..., :a.size(-2)])),
     (exercises.check_mean_distance, lambda a: (a * torch.arange(a.size(-1))).sum(-1).mean(-1)),  # key index
+    (exercises.check_mean_distance_fix, lambda a: (a * torch.arange(a.size(-1))).sum(-1).mean(-1)),  # key index
     (exercises.check_entropy, lambda a: -(a * a.clamp_min(1e-30).log()).sum(-1).mean(-1)),  # not normalised
     (exercises.check_entropy, lambda a: solutions.entropy(a) * 0.5),
     (exercises.check_paired_gain, lambda a, b: (float((a - b).mean()), float((a - b).std(ddof=1)))),  # not / sqrt n
@@ -90,6 +92,7 @@ WRONG = [
 # Predict-then-verify: the student writes a number (or a list) before the notebook reveals it.
 PREDICTIONS = [(exercises.check_lr_prediction, solutions.LR_PREDICTION),
                (exercises.check_uniform_distance, solutions.UNIFORM_DISTANCE),
+               (exercises.check_entropy_prediction, solutions.ENTROPY_PREDICTION),
                (exercises.check_span_mask_prediction, solutions.SPAN_MASK_PREDICTION)]
 WRONG_PREDICTIONS = [  # (checker, a wrong prediction, a phrase the message must say or "")
     (exercises.check_lr_prediction, [0.5, 0.5, 0.25], "linear"),  # a linear decay
@@ -101,6 +104,10 @@ WRONG_PREDICTIONS = [  # (checker, a wrong prediction, a phrase the message must
     (exercises.check_uniform_distance, 288.25, "the query itself"),  # distances from 1
     (exercises.check_uniform_distance, 300, "287.75"),
     (exercises.check_uniform_distance, "far", "write a number"),
+    (exercises.check_entropy_prediction, [16 / 512, 0.611], "share of keys"),  # n, not log n
+    (exercises.check_entropy_prediction, [0.444, 0.5], "adds log 2"),  # the mean of one key and all keys
+    (exercises.check_entropy_prediction, [1, 1], "0.4444"),
+    (exercises.check_entropy_prediction, [0.444], "expected 2"),
     (exercises.check_span_mask_prediction, [1, 0, 0, 0], "hard mask"),
     (exercises.check_span_mask_prediction, [0, 0.5, 1, 1], "rising"),
     (exercises.check_span_mask_prediction, [1, 0.75, 0.25, 0], "[1.0, 0.5, 0.0, 0.0]"),
@@ -387,3 +394,26 @@ def test_a_function_checker_reads_results_with_a_gradient_int8_or_on_meta(check,
         assert check(lambda *a, wrong=wrong: wrong) is False
         out = capsys.readouterr().out
         assert "not yet" in out and not any(w in out for w in TORCH_WORDS), out
+
+
+# -- 05: exercise 1 (b) is a bug to find; the given function must not pass, nor reveal the fix --------------
+
+def test_the_given_mean_distance_is_right_only_without_memory():
+    """The exercise says so: the bug shows only with a memory before the segment."""
+    no_memory, memory = exercises._attention(0, 4, 4), exercises._attention(1, 3, 8)
+    assert torch.allclose(exercises._given_mean_distance(no_memory), solutions.mean_distance(no_memory))
+    assert not torch.allclose(exercises._given_mean_distance(memory), solutions.mean_distance(memory))
+
+
+def test_the_unfixed_mean_distance_is_not_attempted_and_told_so_without_the_answer(capsys):
+    """The cell as shipped holds the buggy function: its stored output must not give the fix away."""
+    assert exercises.check_mean_distance_fix(exercises._given_mean_distance) is None
+    out = capsys.readouterr().out
+    assert out.startswith("not attempted yet: this is still the function as given")
+    assert "expected" not in out and "klen - qlen" not in out
+    assert exercises.check_mean_distance_fix(exercises._from_last_key) is False
+    assert "counted from the last key" in capsys.readouterr().out
+
+
+def test_entropy_prediction_is_the_helpers_on_the_two_heads():
+    assert np.allclose(solutions.ENTROPY_PREDICTION, exercises._entropy_prediction(), atol=1e-4)

@@ -143,11 +143,11 @@ def attention_by_distance(attn: torch.Tensor, mask: Optional[torch.Tensor] = Non
     """Average attention on each relative distance: the paper's heads x distance map.
 
     attn: (..., qlen, klen) probabilities; mask: (qlen, klen), True = hidden (default:
-    only the future is hidden). Entry d of the result is the mean, over the queries
-    that can see a key at distance d, of the probability they put on that key.
+    only the future is hidden). Entry k of the result is the mean, over the queries
+    that can see a key at distance k, of the probability they put on that key.
     Returns (..., D) with D = 1 + the largest visible distance; NaN where no query
     sees that distance. With ``same_length`` every query sees the same distances and
-    the result sums to 1 over d.
+    the result sums to 1 over k.
     """
     qlen, klen = attn.shape[-2:]
     vis = _visible(qlen, klen, mask, attn.device)

@@ -506,6 +506,78 @@ def check_entropy(answer: Optional[Callable]) -> Optional[bool]:
     return _check("check_entropy", answer, cases)
 
 
+def _given_mean_distance(attn: torch.Tensor) -> torch.Tensor:
+    """05, exercise 1 (b): ``mean_distance`` as the notebook gives it, bug included: it counts
+    key j as i - j back from query i, as if there were no memory (query i is key klen - qlen + i)."""
+    qlen, klen = attn.shape[-2:]
+    dist = (torch.arange(qlen)[:, None] - torch.arange(klen)[None, :]).clamp(min=0)
+    return (attn * dist).sum(-1).mean(-1)
+
+
+def _from_last_key(attn: torch.Tensor) -> torch.Tensor:
+    """A wrong fix of ``_given_mean_distance``: every key's distance from the last key, whatever the query."""
+    klen = attn.size(-1)
+    return (attn * (klen - 1 - torch.arange(klen))).sum(-1).mean(-1)
+
+
+def check_mean_distance_fix(answer: Optional[Callable]) -> Optional[bool]:
+    """05, exercise 1 (b): ``answer(attn)`` is the notebook's ``mean_distance`` with its bug fixed:
+    attn (..., qlen, klen) over [memory o segment] -> (...,) the mean over queries of
+    sum_j p_ij (distance of key j), compared with ``attention_maps.mean_attention_distance`` on
+    attention without memory (where the given function is right) and with it. The function as
+    given is the untouched cell: not attempted yet (None), told so without the right numbers."""
+    cases = [((a,), mean_attention_distance(a),
+              f"qlen={q}, klen={k} ({'no memory' if q == k else f'a memory of {k - q}'})")
+             for a, q, k in ((_attention(s, q, k), q, k) for s, q, k in ((0, 4, 4), (1, 3, 8), (2, 6, 16)))]
+    readings = [(_given_mean_distance, None, "not attempted yet: this is still the function as given, right "
+                 "without memory and wrong with it: find the bug, fix it in the cell above, then run this cell again"),
+                (_from_last_key, False, "check_mean_distance_fix: not yet: every key's distance is counted from the "
+                 "last key, whatever the query: query i is key klen - qlen + i, its own distance 0")]
+    if callable(answer):
+        for wrong, verdict, message in readings:
+            try:
+                same = all(_same(answer(*args), wrong(*args)) for args, *_ in cases)
+            except Exception:  # a bug or None: _check below says what it is
+                same = False
+            if same:
+                print(message)
+                return verdict
+    return _check("check_mean_distance_fix", answer, cases)
+
+
+ENTROPY_PREDICTION = dict(n_keys=512, nearest=16)  # 05, exercise 2: a query over section 2's M = 512 keys
+
+
+def _entropy_prediction() -> list[float]:
+    """05, exercise 2 (b), (c): the normalised entropy (``normalized_entropy``) of one query over
+    n_keys keys, the last its own: even weight on the ``nearest`` keys; half on the key just
+    before it and half spread evenly over the other n_keys - 1."""
+    n, near = ENTROPY_PREDICTION["n_keys"], ENTROPY_PREDICTION["nearest"]
+    even = torch.zeros(n, dtype=torch.float64)
+    even[n - near:] = 1 / near
+    half = torch.full((n,), 0.5 / (n - 1), dtype=torch.float64)
+    half[n - 2] = 0.5
+    return [round(float(normalized_entropy(p.view(1, 1, n))), 4) for p in (even, half)]
+
+
+def check_entropy_prediction(prediction) -> Optional[bool]:
+    """05, exercise 2, the prediction: [(b), (c)], two normalised entropies (``_entropy_prediction``)."""
+    n, near = ENTROPY_PREDICTION["n_keys"], ENTROPY_PREDICTION["nearest"]
+    want = _entropy_prediction()
+    return _check_prediction(
+        "check_entropy_prediction", prediction, want,
+        f"even weight on n keys has entropy log n, so (b) is log {near} / log {n} = {want[0]:.4f}; (c) is the "
+        f"50/50 choice, log 2, plus half of log {n - 1} (the even half), over log {n}: {want[1]:.4f}. A head with "
+        f"half its weight on one key scores {want[1]:.2f}: the entropy measures spread, and the spread-out half "
+        "dominates it",
+        known=[([near / n, want[1]], f"right for (c), but (b) is the share of keys, {near}/{n}: entropy grows "
+                                     "with log n, not n"),
+               ([want[0], 0.5], "right for (b), but (c) is not the mean of 0 (one key) and 1 (every key): "
+                                "the 50/50 choice itself adds log 2"),
+               ([near / n, 0.5], f"(b) as the share of keys ({near}/{n}) and (c) as the mean of 0 and 1")],
+        tol=0.05)  # one decimal is a right prediction; the misreadings lie 0.1 and more away
+
+
 # -- 06 · How much context is used? -------------------------------------------------------
 
 def _losses(seed: int, n_models: int = 1) -> list[np.ndarray]:
@@ -562,7 +634,7 @@ def check_span_mask(answer: Optional[Callable]) -> Optional[bool]:
     cases = []
     for z, ramp in (([3.0], 2), ([0.0, 5.5, 20.0], 4), ([10.0, 1.0], 32)):
         dist, z = torch.arange(24.0).view(4, 6), torch.tensor(z)
-        cases.append(((dist, z, ramp), span_mask(dist, z, ramp), f"z={z.tolist()}, R={ramp}"))
+        cases.append(((dist, z, ramp), span_mask(dist, z, ramp), f"z={z.tolist()}, ramp ρ={ramp}"))
     return _check("check_span_mask", answer, cases)
 
 
@@ -575,9 +647,9 @@ def check_span_mask_prediction(prediction) -> Optional[bool]:
     z, ramp, dist = SPAN_PREDICTION["z"], SPAN_PREDICTION["ramp"], SPAN_PREDICTION["dist"]
     want = [round(float(m), 6) for m in span_mask(torch.tensor(dist, dtype=torch.float64), torch.tensor([z]), ramp)[0]]
     return _check_prediction("check_span_mask_prediction", prediction, want,
-                             f"The mask is 1 up to x = z = {z:g}, then (R + z - x) / R down to 0 at "
-                             f"x = z + R = {z + ramp:g}: {want}",
-                             known=[([1.0, 0.0, 0.0, 0.0], "a hard mask at z: the ramp makes the fall linear over R"),
+                             f"The mask is 1 up to distance k = z = {z:g}, then (ρ + z - k) / ρ down to 0 at "
+                             f"k = z + ρ = {z + ramp:g}: {want}",
+                             known=[([1.0, 0.0, 0.0, 0.0], "a hard mask at z: the ramp makes the fall linear over ρ"),
                                     ([0.0, 0.5, 1.0, 1.0], "a mask rising with the distance: it falls")],
                              tol=0.02)
 
@@ -603,7 +675,7 @@ def check_span_memory(answer: Optional[Callable]) -> Optional[bool]:
         kept = att.trim_memory(torch.zeros(1, mem_len, 16)).size(1)
         assert kept == min(mem_len, needed + 1)
         cases.append(((spans, ramp, mem_len), needed,
-                      f"spans={[round(x, 2) for x in spans.tolist()]}, R={ramp}, M={mem_len}",
+                      f"spans={[round(x, 2) for x in spans.tolist()]}, ramp ρ={ramp}, mem_len={mem_len}",
                       _either_count(needed, kept)))
     return _check("check_span_memory", answer, cases)
 

@@ -386,7 +386,7 @@ def plot_attention_by_distance(profiles: Mapping[str, object], seg_len: Optional
     """The paper's heads x distance map, one panel per (title, profile) item.
 
     A profile is (n_layer, n_head, D): the average attention a head puts on the key
-    d tokens back (``attention_maps.attention_by_distance``). Rows are "L n H h": layer n counted
+    k tokens back (``attention_maps.attention_by_distance``). Rows are "L n H h": layer n counted
     from 1 as in the paper (``model.layers[n - 1]``), head h from 0; layers separated by white lines;
     ``seg_len`` marks the distance beyond which every key is in the memory, ``train_dist`` the longest
     distance seen in training.
@@ -405,7 +405,7 @@ def plot_attention_by_distance(profiles: Mapping[str, object], seg_len: Optional
     fig, axes = plt.subplots(n, 1, figsize=(WIDTH, height), squeeze=False)
     for ax, (title, a) in zip(axes[:, 0], mats.items()):
         D = a.shape[1]
-        heatmap(ax, a, title, xlabel="distance i - j to the key (characters)", ylabel="layer / head",
+        heatmap(ax, a, title, xlabel="distance k = i - j to the key (characters)", ylabel="layer / head",
                 cmap="magma",
                 cbar_label=f"mean attention ({scale} scale{', shared' if shared_scale and n > 1 else ''})",
                 norm=_prob_norm(scale, everything if shared_scale else a),
@@ -416,10 +416,10 @@ def plot_attention_by_distance(profiles: Mapping[str, object], seg_len: Optional
             ax.axhline(b * n_head - 0.5, color="white", lw=1)
         if seg_len is not None:
             ax.axvline(seg_len - 0.5, color="cyan", ls="--", lw=1.2,
-                       label=f"d = {seg_len} = segment length: only memory beyond")
+                       label=f"k = {seg_len} = segment length: only memory beyond")
         if train_dist is not None:
             ax.axvline(train_dist + 0.5, color="lime", ls=":", lw=1.5,
-                       label=f"d = {train_dist}: longest distance in training")
+                       label=f"k = {train_dist}: longest distance in training")
     if marks:
         fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=SMALL,
                    frameon=False)

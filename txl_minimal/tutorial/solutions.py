@@ -163,6 +163,14 @@ def mean_distance(attn: torch.Tensor) -> torch.Tensor:
     return (attn * dist).sum(-1).mean(-1)
 
 
+# Exercise 1 (b), the bug: the given function counts key j as i - j back, as if there were no
+# memory; query i is key klen - qlen + i, so key j is klen - qlen + i - j back: `mean_distance` above.
+
+# Exercise 2's predictions (M = 512 keys): even weight on the 16 nearest, log 16 / log 512; half on
+# the key just before the query and half spread over the other 511: (log 2 + log(511) / 2) / log 512.
+ENTROPY_PREDICTION = [math.log(16) / math.log(512), (math.log(2) + math.log(511) / 2) / math.log(512)]
+
+
 def entropy(attn: torch.Tensor) -> torch.Tensor:
     """-sum p log p per query, over log(number of visible keys); query i sees klen - qlen + i + 1."""
     qlen, klen = attn.shape[-2:]
