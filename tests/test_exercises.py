@@ -21,6 +21,7 @@ CHECKS = [(exercises.check_mask, solutions.mask), (exercises.check_rel_shift, so
           (exercises.check_shaw_far_keys, solutions.shaw_far_keys),
           (exercises.check_distinct_position_bias, solutions.distinct_position_bias),
           (exercises.check_position_bias, solutions.position_bias),
+          (exercises.check_query_position_curve, solutions.query_position_curve),
           (exercises.check_memory_shape, solutions.memory_shape),
           (exercises.check_lr, solutions.lr), (exercises.check_param_count, solutions.param_count),
           (exercises.check_mean_distance, solutions.mean_distance), (exercises.check_entropy, solutions.entropy),
@@ -60,6 +61,8 @@ WRONG = [
     (exercises.check_distinct_position_bias, 128),  # the segment's distances only
     (exercises.check_position_bias, lambda m, l, d: solutions.position_bias(m, l, d).flip(-1)),  # R_d .. R_0
     (exercises.check_position_bias, lambda m, l, d: solutions.position_bias(m, 0, d)),  # always layer 0
+    (exercises.check_query_position_curve, lambda m, l, h, d: solutions.query_position_curve(m, 0, h, d)),  # layer 0
+    (exercises.check_query_position_curve, lambda m, l, h, d: solutions.query_position_curve(m, l, h, d)[:, 1:]),
     (exercises.check_memory_shape, lambda B, L, M, d, n: (B, M, d)),  # full from the first segment on
     (exercises.check_memory_shape, lambda B, L, M, d, n: (B, n * L, d)),  # never trimmed
     (exercises.check_lr, lambda s, lr, w, n, m: lr * min(1.0, s / max(1, w))),  # no decay
@@ -417,3 +420,24 @@ def test_the_unfixed_mean_distance_is_not_attempted_and_told_so_without_the_answ
 
 def test_entropy_prediction_is_the_helpers_on_the_two_heads():
     assert np.allclose(solutions.ENTROPY_PREDICTION, exercises._entropy_prediction(), atol=1e-4)
+
+
+@pytest.mark.parametrize("misread,says", [
+    (lambda m, l, h, d: solutions.position_bias(m, l, d), "(d) alone"),
+    (lambda m, l, h, d: solutions.query_position_curve(m, l, h, d) - solutions.position_bias(m, l, d), "(b) alone"),
+    (lambda m, l, h, d: solutions.query_position_curve(m, l, h, d).flip(-1), "the distances reversed")])
+def test_query_position_curve_misreadings_are_named(misread, says, capsys):
+    """02, exercise 2: the curve a query's (b) + (d) draws; a curve that leaves out one of the two terms,
+    or runs from the farthest distance, is told which."""
+    assert exercises.check_query_position_curve(misread) is False
+    assert says in capsys.readouterr().out
+
+
+def test_query_position_curve_with_u_for_v_is_named(capsys):
+    def with_u(model, layer, h, max_dist):
+        u, v = model.uv(layer)
+        return solutions.query_position_curve(model, layer, h, max_dist) + torch.einsum(
+            "hd,khd->hk", u - v, model.layers[layer].dec_attn.r_net(model.pos_emb(torch.arange(max_dist + 1.0)))
+            .view(max_dist + 1, model.cfg.n_head, model.cfg.d_head))
+    assert exercises.check_query_position_curve(with_u) is False
+    assert "u in place of v" in capsys.readouterr().out

@@ -67,3 +67,24 @@ def test_the_package_figures_are_readable_at_800_px():
     for fig in figs:
         assert plotting.readability_problems(fig) == [], fig.texts
         plt.close(fig)
+
+
+def test_recall_curves_keep_equal_accuracies_apart_and_off_the_frame():
+    """Notebook 03: Transformer-XL and vanilla both at 1.0 at the first gap, and Transformer-XL at 1.0
+    out to 96: each point must show beside the other (not under it) and inside the frame."""
+    plotting.use_readable_style()
+    labels = ["1-32", "33-64", "65-96", "97-128", "129-192", "193-256", "257-384", "385-512", "513-768"]
+    perfect = dict.fromkeys(labels, 1.0)
+    fig = plotting.plot_recall_by_gap({"xl": perfect, "vanilla": dict(perfect), "lstm": dict(perfect)}, 0.125,
+                                      {"L": 32, "L + M": 128}, "three curves at 1.0")
+    ax = fig.axes[0]
+    curves = {line.get_label(): line for line in ax.get_lines()}
+    px = {name: ax.transData.transform(curves[name].get_xydata()) for name in ("xl", "vanilla", "lstm")}
+    radius = curves["xl"].get_markersize() * fig.dpi / 72 / 2
+    for a, b in (("xl", "vanilla"), ("vanilla", "lstm")):
+        assert (abs(px[a][:, 0] - px[b][:, 0]) > radius).all()  # sideways by more than half a marker
+    top = ax.transAxes.transform((0, 1))[1]
+    assert (px["xl"][:, 1] < top - radius).all()  # the whole marker below the frame, not cut by it
+    assert all(text.xy[1] == 1.0 and text.xycoords[1] == "axes fraction" for text in ax.texts)  # names above it
+    assert plotting.readability_problems(fig) == []
+    plt.close(fig)

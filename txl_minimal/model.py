@@ -142,7 +142,8 @@ def attention_mask(qlen: int, mlen: int, same_length: bool, mem_len: int, device
 
 
 def update_memory(hids: list[torch.Tensor], mems: Optional[list[torch.Tensor]], mem_len: int) -> list[torch.Tensor]:
-    """m^n_{tau+1} = SG(last mem_len rows of [m^n_tau o h^n_tau]), o along T; h^n: what entered layer n."""
+    """m^n_{tau+1} = SG(last mem_len rows of [m^n_tau o h^n_tau]), o along T; hids[n] = h^n, the output of
+    layer n (h^0: the embeddings), which layer n + 1 reads; the result's [n] is m^n."""
     if mem_len == 0:
         return [h.new_empty(h.size(0), 0, h.size(2)) for h in hids]
     with torch.no_grad():

@@ -21,7 +21,7 @@ from txl_minimal.adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax,
 from txl_minimal.evaluate import sliding_window_eval
 from txl_minimal.model import TransformerXL, TXLConfig, attention_mask, rel_shift
 from txl_minimal.train import TrainConfig, lr_at
-from txl_minimal.tutorial.analysis import dependency_reach, influence_span, position_bias
+from txl_minimal.tutorial.analysis import capture_layer_inputs, dependency_reach, influence_span, position_bias
 from txl_minimal.tutorial.attention_maps import mean_attention_distance, normalized_entropy
 from txl_minimal.tutorial.context import paired_gains, relative_gain
 from txl_minimal.variants import ShawAttn, SpanAttn, span_mask
@@ -366,6 +366,54 @@ def check_position_bias(answer: Optional[Callable]) -> Optional[bool]:
             want = position_bias(model, layer, max_dist)
         cases.append(((model, layer, max_dist), want, f"layer={layer}, max_dist={max_dist}"))
     return _check("check_position_bias", answer, cases)
+
+
+def check_query_position_curve(answer: Optional[Callable]) -> Optional[bool]:
+    """``answer(model, layer, h, max_dist)`` -> (n_head, max_dist + 1): (b) + (d) = (q + v)^T W_k,R R_k of
+    every head at every distance k = 0 .. max_dist, for the query q = W_q h of one input row h (d_model,)
+    of ``model.layers[layer]``. Compared with the model's own (b) + (d) (``out.terms``) at the distances
+    its query sees, and with W_k,R R_k read off ``r_net`` beyond them. A curve that one misreading
+    explains ((d) or (b) alone, u for v, the distances reversed) is named."""
+    cases, misread = [], []
+    for seed, layer, untie, i, extra in ((0, 0, False, 0, 0), (1, 1, False, 5, 0), (2, 1, True, 3, 20)):
+        model = _tiny(seed, n_layer=2, untie_r=untie)
+        with torch.no_grad():
+            for p in model.parameters():  # u, v and the rest away from their initial values (v starts at 0)
+                p.add_(0.1 * torch.randn_like(p))
+            tokens = torch.randint(0, 27, (1, 16))
+            mems = model(tokens[:, :8]).mems
+            with capture_layer_inputs(model) as inputs:
+                terms = model(tokens[:, 8:], mems, return_terms=True).terms[layer]
+            h, mlen = inputs[layer][0, i], mems[layer].size(1)
+            max_dist = mlen + i + extra
+            att, (u, v) = model.layers[layer].dec_attn, model.uv(layer)
+            r = att.r_net(model.pos_emb(torch.arange(max_dist + 1.0))).view(max_dist + 1, att.n_head, att.d_head)
+            q = att.qkv_net(h).chunk(3)[0].view(att.n_head, att.d_head)
+            want = torch.einsum("hd,khd->hk", q + v, r)
+            seen = (terms["b"] + terms["d"])[0, :, i, : mlen + i + 1].flip(-1)  # distances 0 .. mlen + i
+            if not torch.allclose(want[:, : mlen + i + 1], seen, atol=1e-5):  # the formula IS the model's
+                raise RuntimeError("check_query_position_curve: the model's (b) + (d) changed; report this")
+            misread.append([(torch.einsum("hd,khd->hk", v, r), "(d) alone: (b) adds the query's own q, W_q h"),
+                            (torch.einsum("hd,khd->hk", q, r), "(b) alone: (d) adds v"),
+                            (torch.einsum("hd,khd->hk", q + u, r), "u in place of v: u goes with the content keys"),
+                            (want.flip(-1), "the distances reversed: entry k is distance k, R_0 first")])
+        where = f"layer={layer}, query {i} after {mlen} memory positions, max_dist={max_dist}" + \
+            (", untie_r=True" if untie else "")
+        cases.append(((model, layer, h.clone(), max_dist), want, where))
+    if callable(answer):
+        for (args, want, where), known in zip(cases, misread):
+            try:
+                got = answer(*args)
+            except Exception:  # _check below reports it
+                break
+            if got is None or _same(got, want):
+                continue
+            named = [why for value, why in known if _same(got, value)]
+            if named:
+                print(f"check_query_position_curve: not yet: {where}: {named[0]}.")
+                return False
+            break
+    return _check("check_query_position_curve", answer, cases)
 
 
 # -- 03 · Segment-level recurrence --------------------------------------------------------

@@ -25,6 +25,7 @@ MASKED = "#e0e0e0"  # NaN (masked) cells: light grey
 SHOWN_PX = 800  # GitHub and JupyterLab draw a notebook's figure about this wide
 MIN_PT = 8.0  # the smallest text a reader should meet, after that scaling
 SMALL = 10  # points: the smallest text drawn here (8 pt once a WIDTH-inch figure is shown 800 px wide)
+RECALL_DODGE = 0.05  # plot_recall_by_gap: neighbouring curves sit this many octaves apart, so none hides another
 READABLE = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "xtick.labelsize": 10,
             "ytick.labelsize": 10, "legend.fontsize": 10, "figure.titlesize": 12, "figure.dpi": 100}
 
@@ -337,22 +338,27 @@ def plot_recall_by_gap(curves: Mapping[str, Mapping[str, float]], chance: float,
     """Accuracy on the recall task's answers against their gap, one curve per model.
 
     ``curves``: label -> {"lo-hi": accuracy} (tasks.recall_accuracy), drawn at each bucket's
-    upper end on a log axis; a dotted line at ``chance``; dashed verticals at ``marks``
-    (e.g. {"L": 32, "L + M": 128}); ``styles``: label -> extra ``plot`` keywords.
+    upper end on a log axis, each curve nudged sideways a little (``RECALL_DODGE``) so that equal
+    accuracies (several models at 1.0) stay visible side by side, and the y axis runs past 0 and 1
+    so that no point lies on the frame; a dotted line at ``chance``; dashed verticals at ``marks``
+    (e.g. {"L": 32, "L + M": 128}), named above the frame; ``styles``: label -> extra ``plot`` keywords.
     """
     fig, ax = plt.subplots(figsize=(WIDTH, 4))
-    for label, acc in curves.items():
+    for k, (label, acc) in enumerate(curves.items()):
         style = {"marker": "o", "ls": "-", **(styles or {}).get(label, {})}
-        ax.plot([int(k.split("-")[1]) for k in acc], list(acc.values()), label=label, **style)
+        nudge = 2.0 ** (RECALL_DODGE * (k - (len(curves) - 1) / 2))  # a log axis: a factor, the same at every gap
+        ax.plot([int(key.split("-")[1]) * nudge for key in acc], list(acc.values()), label=label, **style)
     ax.axhline(chance, color="grey", ls=":", lw=1.2, label=f"chance = {chance:.3f}")
     for name, x in marks.items():
         ax.axvline(x, color="k", ls="--", lw=0.8)
-        ax.annotate(name, (x, 1.02), ha="center", va="bottom", fontsize=SMALL, annotation_clip=False)
+        ax.annotate(name, (x, 1.0), xycoords=("data", "axes fraction"), xytext=(0, 2), textcoords="offset points",
+                    ha="center", va="bottom", fontsize=SMALL, annotation_clip=False)
     ax.set_xscale("log", base=2)
     ticks = sorted({int(k.split("-")[1]) for acc in curves.values() for k in acc})
     ax.set_xticks(ticks, [str(t) for t in ticks])
-    ax.set_ylim(0, 1.0)
-    ax.set_xlabel("gap D: tokens from the set S(k, v) to its answer v (upper end of each bucket)")
+    ax.set_ylim(-0.04, 1.06)
+    ax.set_yticks(np.linspace(0, 1, 6))
+    ax.set_xlabel("gap D: tokens from the set S(k, v) to its answer v (bucket's upper end; curves nudged apart)")
     ax.set_ylabel("accuracy on the answers")
     ax.set_title(title, pad=18)
     ax.legend(fontsize=SMALL, loc="center left", bbox_to_anchor=(1.01, 0.5))

@@ -116,6 +116,16 @@ def position_bias(model, layer: int, max_dist: int) -> torch.Tensor:
     return (r * v).sum(-1).T
 
 
+def query_position_curve(model, layer: int, h: torch.Tensor, max_dist: int) -> torch.Tensor:
+    """(b) + (d) = (q + v)^T W_k,R R_k: (b) and (d) share W_k,R R_k, so the query's own q joins v, and with
+    q fixed the sum depends on the distance alone. q = W_q h is the first third of qkv_net, split by head."""
+    att = model.layers[layer].dec_attn
+    q = att.qkv_net(h).chunk(3)[0].view(att.n_head, att.d_head)               # W_q h, one row per head
+    R = model.pos_emb(torch.arange(max_dist + 1.0))                           # R_0 .. R_max_dist
+    r = att.r_net(R).view(max_dist + 1, att.n_head, att.d_head)               # W_k,R R_k
+    return ((q + model.uv(layer)[1]) * r).sum(-1).T                           # (n_head, max_dist + 1)
+
+
 # -- 03 · Segment-level recurrence --------------------------------------------------------
 
 def memory_shape(batch: int, seg_len: int, mem_len: int, d_model: int, n_segments: int) -> tuple[int, int, int]:
