@@ -3,8 +3,8 @@ commands, in the page's order, in a temporary folder holding the ``my.txt`` the 
 
 A ``bash`` block's lines are commands, ``python -m txl_minimal.MODULE ARGS``, run in this process through
 the module's ``main(ARGS)`` (the same argparse, without an interpreter started for each); a training
-command gets ``--max-steps 4 --no-progress --set warmup_steps=1`` added (the page says so), so that it takes seconds. A line
-marked "not run by the tests" (a download) is not run; its flags are checked against the command's
+command gets ``--max-steps 4 --no-progress --set warmup_steps=1`` added (the page says so), so that it
+takes seconds. A line marked "not run by the tests" (a download) is not run; its flags are checked against the command's
 ``--help``. The page's links and headings: tests/test_docs.py; the page in the book: tests/test_book.py.
 """
 from __future__ import annotations

@@ -30,7 +30,8 @@ CHECKS = [(exercises.check_mask, solutions.mask), (exercises.check_rel_shift, so
           (exercises.check_relative_gain, solutions.relative_gain),
           (exercises.check_span_mask, solutions.span_mask), (exercises.check_span_memory, solutions.span_memory),
           (exercises.check_adaptive_log_prob, solutions.adaptive_log_prob),
-          (exercises.check_adaptive_params, solutions.adaptive_params)]
+          (exercises.check_adaptive_params, solutions.adaptive_params),
+          (exercises.check_gain_by_class, solutions.gain_by_class)]
 
 WRONG = [
     (exercises.check_mask, lambda q, m, M, s: solutions.mask(q, m, M, False)),  # same_length ignored
@@ -89,6 +90,9 @@ WRONG = [
     (exercises.check_adaptive_log_prob, lambda h, t: torch.cat([h[..., :h.size(-1) - len(t)], *t], -1)),  # no log p_c
     (exercises.check_adaptive_params, lambda V, d, c, k: V * d + V),  # the plain tied softmax
     (exercises.check_adaptive_params, lambda V, d, c, k: solutions.adaptive_params(V, d, c, k) - len(c) * (d + 1)),
+    (exercises.check_gain_by_class, lambda t, a, b: solutions.gain_by_class(" " + t[:-1], a, b)),  # the char read
+    (exercises.check_gain_by_class, lambda t, a, b: solutions.gain_by_class(t, b, a)),  # the loss, not the gain
+    (exercises.check_gain_by_class, lambda t, a, b: dict.fromkeys(("name", "space", "other"), float((a - b).mean()))),
 ]
 
 
@@ -96,7 +100,8 @@ WRONG = [
 PREDICTIONS = [(exercises.check_lr_prediction, solutions.LR_PREDICTION),
                (exercises.check_uniform_distance, solutions.UNIFORM_DISTANCE),
                (exercises.check_entropy_prediction, solutions.ENTROPY_PREDICTION),
-               (exercises.check_span_mask_prediction, solutions.SPAN_MASK_PREDICTION)]
+               (exercises.check_span_mask_prediction, solutions.SPAN_MASK_PREDICTION),
+               (exercises.check_memory_gain_prediction, solutions.memory_gain_prediction())]
 WRONG_PREDICTIONS = [  # (checker, a wrong prediction, a phrase the message must say or "")
     (exercises.check_lr_prediction, [0.5, 0.5, 0.25], "linear"),  # a linear decay
     (exercises.check_lr_prediction, [0.5, 0.345, 0.095], "counted from step 0"),  # cosine over all S steps
@@ -115,6 +120,9 @@ WRONG_PREDICTIONS = [  # (checker, a wrong prediction, a phrase the message must
     (exercises.check_span_mask_prediction, [0, 0.5, 1, 1], "rising"),
     (exercises.check_span_mask_prediction, [1, 0.75, 0.25, 0], "[1.0, 0.5, 0.0, 0.0]"),
     (exercises.check_span_mask_prediction, [1, 0.5, 0], "expected 4"),
+    (exercises.check_memory_gain_prediction, solutions.memory_gain_prediction()[::-1], "wrong way round"),
+    (exercises.check_memory_gain_prediction, [0, 0], "no gain"),
+    (exercises.check_memory_gain_prediction, 0.1, "expected 2"),
 ]
 
 
@@ -441,3 +449,9 @@ def test_query_position_curve_with_u_for_v_is_named(capsys):
             .view(max_dist + 1, model.cfg.n_head, model.cfg.d_head))
     assert exercises.check_query_position_curve(with_u) is False
     assert "u in place of v" in capsys.readouterr().out
+
+
+def test_the_gain_by_class_checker_names_the_character_read_instead_of_the_one_predicted(capsys):
+    """Entry t of a loss array is the loss of predicting text[t + 1]: grouping by text[t] is the likely slip."""
+    assert exercises.check_gain_by_class(lambda t, a, b: solutions.gain_by_class(" " + t[:-1], a, b)) is False
+    assert "the character the model READ at t" in capsys.readouterr().out

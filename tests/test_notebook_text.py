@@ -15,7 +15,7 @@ from txl_minimal.tutorial import plotting
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9]*.ipynb"))
 MARKDOWN_BUDGET = 70_000  # characters of markdown in 00-07 together
-OWN_BUDGETS = {"08": 9_000}  # notebooks added later get a budget of their own
+OWN_BUDGETS = {"08": 9_000, "09": 9_000}  # notebooks added later get a budget of their own
 
 
 def cells(path: Path, kind: str) -> list[str]:

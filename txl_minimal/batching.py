@@ -4,7 +4,7 @@ each batch continues row b of the batch before, so the memory (Sec. 3.2) carries
     it = LMOrderedIterator(corpus.train, batch_size=22, tgt_len=512)
     for x, y in it: ...                        # (batch, seq) LongTensors, y = x shifted by one
     ids = as_ids(corpus.valid, limit=10_000)   # any ids as a new LongTensor on the CPU
-    check_split(len(corpus.train), "train", corpus.name, batch_size=22, tgt_len=512)  # a sentence, not an empty iterator
+    check_split(len(corpus.train), "train", corpus.name, batch_size=22, tgt_len=512)  # too short: a sentence
 """
 
 from __future__ import annotations

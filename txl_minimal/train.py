@@ -338,10 +338,11 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     those lines without the bar. Under torchrun each rank reads its own block of batch columns.
     best.pt holds the weights of the best periodic evaluation (every eval_interval steps and at
     max_steps; not a stop_at's): ``TrainResult.best_model()`` loads it. ``model_cfg``, ``cfg``: the
-    model's and training's configs (``preset``); ``corpus``: a loaded Corpus (None: ``cfg.corpus``). Raises, before anything is
-    written, ValueError for a split too short (``_check_splits``); during the run TrainingInterrupted
-    (Ctrl-C, SIGTERM, SIGHUP: the step saved), TrainingStoppedAtOnce (a second one) or TrainingDiverged
-    (a NaN or inf: nothing of it saved). warmup_steps > max_steps is a warning.
+    model's and training's configs (``preset``); ``corpus``: a loaded Corpus (None: ``cfg.corpus``).
+    Raises, before anything is written, ValueError for a split too short (``_check_splits``); during
+    the run TrainingInterrupted (Ctrl-C, SIGTERM, SIGHUP: the step saved), TrainingStoppedAtOnce (a
+    second one) or TrainingDiverged (a NaN or inf: nothing of it saved). warmup_steps > max_steps is a
+    warning.
 
     Returns:
         A ``TrainResult``: the trained model (its last state, in eval mode), its step, bpc and speed.

@@ -23,7 +23,9 @@ from txl_minimal.model import TransformerXL, TXLConfig, attention_mask, rel_shif
 from txl_minimal.train import TrainConfig, lr_at
 from txl_minimal.tutorial.analysis import capture_layer_inputs, dependency_reach, influence_span, position_bias
 from txl_minimal.tutorial.attention_maps import mean_attention_distance, normalized_entropy
+from txl_minimal.tutorial import own_text
 from txl_minimal.tutorial.context import paired_gains, relative_gain
+from txl_minimal.tutorial.solutions import gain_by_class
 from txl_minimal.variants import ShawAttn, SpanAttn, span_mask
 
 NOT_ATTEMPTED = "not attempted yet: write your answer in the cell above, then run this cell again"
@@ -782,3 +784,53 @@ def check_adaptive_params(answer: Optional[Callable]) -> Optional[bool]:
         cases.append(((n_token, d, list(cutoffs), div_val), count,
                       f"n_token={n_token}, d={d}, cutoffs={cutoffs}, div_val={div_val}"))
     return _check("check_adaptive_params", answer, cases)
+
+
+# -- 09 · Your own text -------------------------------------------------------------------
+
+def check_memory_gain_prediction(prediction) -> Optional[bool]:
+    """09, section 5, the prediction: (bits per character saved on code, on text8) by the model trained
+    and evaluated with a memory of 64 against the one trained and evaluated without (results/own_text/
+    results.json: the paired block means of the same test characters); within 0.05 bits of each."""
+    runs = own_text.load_results()["runs"]
+    want = own_text.memory_savings(runs)
+    own = [round(own_text.paired_blocks(runs[f"{t}-m64"]["blocks"][0], runs[f"{t}-m64"]["blocks"][64])[0], 3)
+           for t in ("code", "text8")]
+    rule = (f"a memory of 64 saves {want[0]:.3f} bits per character on code and {want[1]:.3f} on text8 "
+            f"({want[0] / want[1]:.1f} times as much on code)")
+    return _check_prediction("check_memory_gain_prediction", prediction, want, rule,
+                             known=[(want[::-1], "the two the wrong way round: code gains more"),
+                                    (own, "what the M = 64 model loses without its memory, which it learnt to "
+                                          "rely on; the question compares it with a model trained without one"),
+                                    ([0.0, 0.0], "no saving")],
+                             tol=0.05)
+
+
+def _char_gains(seed: int, n: int) -> tuple[str, np.ndarray, np.ndarray]:
+    """A short code-like text and two made-up NLL arrays (bits) for its n - 1 predictions."""
+    rng = np.random.default_rng(seed)
+    words = ["self", "x_1", "(", ")", " ", "    ", "\n", "return", ":", "=", "def", "._", "é"]
+    text = "".join(rng.choice(words, size=n))[:n]
+    without = rng.gamma(2.0, 1.0, size=len(text) - 1)
+    return text, without, without - rng.normal(0.1, 0.5, size=without.size)
+
+
+def check_gain_by_class(answer: Optional[Callable]) -> Optional[bool]:
+    """``answer(text, nll_without, nll_with)`` -> {"name": ..., "space": ..., "other": ...}: the mean
+    of nll_without - nll_with (bits) over the predictions of each class of character; entry t of
+    both arrays is the loss of predicting text[t + 1]. A name character: ``ch.isalnum() or ch ==
+    "_"``; a space: ``ch.isspace()``; other: the rest."""
+    cases = [((text, a.copy(), b.copy()), gain_by_class(text, a, b), f"a text of {len(text)} characters (seed {s})")
+             for s, (text, a, b) in enumerate(_char_gains(s, n) for s, n in ((0, 40), (1, 300), (2, 1000)))]
+    if callable(answer):  # the one misreading worth a sentence of its own: the loss of t read as text[t]'s
+        text, a, b = cases[1][0]
+        try:
+            got = answer(text, a.copy(), b.copy())
+            shifted = gain_by_class(" " + text[:-1], a, b)
+            if got is not None and _same(got, shifted) and not _same(got, cases[1][1]):
+                print("check_gain_by_class: not yet: you grouped each loss by the character the model READ at "
+                      "t; entry t is the loss of PREDICTING text[t + 1], the character that follows it")
+                return False
+        except Exception:  # noqa: BLE001 (``_check`` below reports it)
+            pass
+    return _check("check_gain_by_class", answer, cases)

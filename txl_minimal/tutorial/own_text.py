@@ -5,7 +5,8 @@ trained for the same steps on two texts of about the same size: text8-mini (Wiki
 27 symbols) and Python's standard library (its top-level modules, one file after another: code,
 which names things far from where it uses them). On each text three models differ only in the
 memory they are trained with (``TRAIN_MEMS``: none, the segment's length, four segments); each is
-scored on its text's test split with every evaluation memory of ``EVAL_MEMS``. The per-character
+scored on the first ``EVAL_CHARS`` characters of its text's test split with every evaluation memory
+of ``EVAL_MEMS``. The per-character
 losses are kept as means over blocks of ``BLOCK`` characters, in text order, so that any two
 scorings of the same characters can be compared with a paired standard error
 (``pretrained.paired_difference``: neighbouring characters' losses correlate, blocks much less).
@@ -33,7 +34,8 @@ from txl_minimal.utils import atomic_write_text
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "results" / "own_text"
 CORPORA = ("code", "text8-mini")  # the standard library's code; Wikipedia prose
 TRAIN_MEMS = (0, 64, 256)  # memory in training: none, one segment, four segments
-EVAL_MEMS = (0, 64, 128, 256, 512, 1024)  # memory at evaluation (the segment stays 64)
+EVAL_MEMS = (0, 64, 256, 1024)  # memory at evaluation (the segment stays 64)
+EVAL_CHARS = 131_072  # the first 128 Ki characters of each test split are scored (256 blocks)
 STEPS = 3000
 BLOCK = 512  # characters per block of the paired standard errors
 PRESET = "cpu-small"
@@ -80,6 +82,13 @@ def paired_blocks(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     """Mean of ``a - b`` (block means of the same characters) and its standard error."""
     d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
     return float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d)))
+
+
+def memory_savings(runs: dict, mem_len: int = 64) -> list[float]:
+    """[code, text8]: bits per character saved by the model trained and evaluated with ``mem_len``
+    against the one trained and evaluated without memory, on the same test characters (block means)."""
+    return [round(paired_blocks(runs[f"{t}-m0"]["blocks"][0], runs[f"{t}-m{mem_len}"]["blocks"][mem_len])[0], 3)
+            for t in ("code", "text8")]
 
 
 def code_test_path(results_dir: str | Path = RESULTS_DIR) -> Path:

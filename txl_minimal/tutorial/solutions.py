@@ -11,6 +11,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from txl_minimal.tutorial import own_text
+
 
 # -- 00 · Build Transformer-XL yourself --------------------------------------------------
 
@@ -245,3 +247,20 @@ def adaptive_params(n_token: int, d: int, cutoffs: list, div_val: int) -> int:
         d_i = d // div_val ** i
         total += (hi - lo) * d_i + 2 * d * d_i + (hi - lo)
     return total
+
+
+# -- 09 · Your own text -------------------------------------------------------------------
+
+def memory_gain_prediction() -> list:
+    """What results/own_text says (check_memory_gain_prediction prints it once you have guessed)."""
+    return own_text.memory_savings(own_text.load_results()["runs"])
+
+
+def gain_by_class(text: str, nll_without, nll_with) -> dict:
+    """Entry t is the loss of predicting text[t + 1]: group the gains by that character's class."""
+    gain = np.asarray(nll_without, dtype=np.float64) - np.asarray(nll_with, dtype=np.float64)
+    predicted = text[1:len(gain) + 1]
+    kinds = np.array(["name" if ch.isalnum() or ch == "_" else "space" if ch.isspace() else "other"
+                      for ch in predicted])
+    return {k: float(gain[kinds == k].mean()) if (kinds == k).any() else float("nan")
+            for k in ("name", "space", "other")}
