@@ -3,6 +3,7 @@
     python scripts/own_text.py                           # the shipped numbers (~2 h, 2 CPU cores)
     python scripts/own_text.py --only code --threads 1   # one text's three runs (two such jobs side by side)
     python scripts/own_text.py --steps 3 --out /tmp/own  # smoke test (seconds)
+    python scripts/own_text.py --resume                  # continue runs stopped from outside
 
 Every run: the cpu-small shape, STEPS steps, seed 0, fp32 on the CPU, its best.pt scored on the first
 EVAL_CHARS characters of its text's test split (batch 16) with every memory of EVAL_MEMS; see
@@ -43,26 +44,27 @@ def code_corpus(out: Path):
     return corpus
 
 
-def run(corpus, name: str, mem_len: int, steps: int, out: Path, score_only: bool = False) -> dict:
-    """Train one model (``score_only``: take the weights an earlier run saved), keep its best weights,
-    score them with every evaluation memory on the first EVAL_CHARS test characters."""
+def run(corpus, name: str, mem_len: int, steps: int, out: Path, score_only: bool = False,
+        resume: bool = False) -> dict:
+    """Train one model (``score_only``: take the weights an earlier run saved; ``resume``: continue a
+    stopped run from its ckpt.pt), keep its best weights, score them with every evaluation memory on
+    the first EVAL_CHARS test characters."""
     model_cfg, train_cfg = preset(PRESET, mem_len=mem_len, vocab_size=corpus.vocab_size, max_steps=steps,
                                   amp="off", device="cpu", compile=False, out=str(out / name),
                                   eval_interval=min(500, steps), warmup_steps=min(200, max(1, steps // 10)))
     if score_only:
         model = load(out / f"{name}.safetensors")
-        with open(out / name / "log.csv", newline="") as f:
-            rows = list(csv.DictReader(f))
-        train_s, step = float(rows[-1]["wall_time_s"]), int(rows[-1]["step"])
-        best_valid, best_step = min((float(r["valid_bpc"]), int(r["step"])) for r in rows if r["valid_bpc"])
     else:
-        t0 = time.perf_counter()
-        res = train(model_cfg, train_cfg, corpus=corpus, progress=False, overwrite=True)
-        train_s, step, best_valid, best_step = time.perf_counter() - t0, res.step, res.best_valid_bpc, res.best_step
+        resume = resume and (out / name / "ckpt.pt").exists()
+        res = train(model_cfg, train_cfg, corpus=corpus, progress=False, resume=resume, overwrite=not resume)
         model = res.best_model()
         save(model, out / f"{name}.safetensors")
         for leftover in ("ckpt.pt", "best.pt"):
             (out / name / leftover).unlink(missing_ok=True)
+    with open(out / name / "log.csv", newline="") as f:  # the log's clock continues across a resume
+        rows = list(csv.DictReader(f))
+    train_s, step = float(rows[-1]["wall_time_s"]), int(rows[-1]["step"])
+    best_valid, best_step = min((float(r["valid_bpc"]), int(r["step"])) for r in rows if r["valid_bpc"])
     test_bpc, blocks = {}, {}
     t1 = time.perf_counter()
     for m in EVAL_MEMS:
@@ -86,6 +88,7 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--score-only", type=int, nargs="*", default=[], metavar="M",
                    help="training memories whose saved weights (OUT/NAME.safetensors) are scored again, not retrained")
+    p.add_argument("--resume", action="store_true", help="continue runs stopped before the end (OUT/NAME/ckpt.pt)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     out = Path(args.out)
@@ -97,7 +100,8 @@ def main(argv=None) -> None:
         corpus = code_corpus(out) if which == "code" else load_corpus("text8-mini")
         for m in args.mems:
             name = run_name(which, m)
-            runs[name] = run(corpus, name, m, args.steps, out, score_only=m in args.score_only)
+            runs[name] = run(corpus, name, m, args.steps, out, score_only=m in args.score_only,
+                             resume=args.resume)
             # written after every run (results of the other job, or of an earlier one, are kept)
             path = out / "results.json"
             old = json.loads(path.read_text())["runs"] if path.exists() else {}
