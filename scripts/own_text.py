@@ -1,11 +1,13 @@
 """Train and score notebook 09's experiment: memory on code vs on text8-mini; write results.json.
 
-    python scripts/own_text.py                           # the shipped numbers (~2 h, 2 CPU cores)
+    python scripts/own_text.py                           # the shipped seed-0 runs (with --seed 1 below: ~3 h, 2 cores)
     python scripts/own_text.py --only code --threads 1   # one text's three runs (two such jobs side by side)
     python scripts/own_text.py --steps 3 --out /tmp/own  # smoke test (seconds)
     python scripts/own_text.py --resume                  # continue runs stopped from outside
+    python scripts/own_text.py --seed 1 --mems 0 64      # a second seed of the main comparison
+    python scripts/own_text.py --text my.txt --out runs/my_text   # your text in place of the code
 
-Every run: the cpu-small shape, STEPS steps, seed 0, fp32 on the CPU, its best.pt scored on the first
+Every run: the cpu-small shape, STEPS steps, seed 0 (or --seed), fp32 on the CPU, its best.pt scored on the first
 EVAL_CHARS characters of its text's test split (batch 16) with every memory of EVAL_MEMS; see
 txl_minimal/tutorial/own_text.py for what is trained and why. Writes OUT/NAME/log.csv, OUT/NAME.safetensors
 (each run's best weights), OUT/code-test.txt.gz (the code test characters scored: the standard library
@@ -29,15 +31,16 @@ from txl_minimal.checkpoint import load, save
 from txl_minimal.data import load_corpus
 from txl_minimal.evaluate import evaluate
 from txl_minimal.train import preset, train
-from txl_minimal.tutorial.own_text import (BLOCK, EVAL_CHARS, EVAL_MEMS, PRESET, RESULTS_DIR, STEPS, TRAIN_MEMS,
-                                           block_means, code_test_path, run_name, write_stdlib_text)
+from txl_minimal.tutorial.own_text import (BLOCK, EVAL_CHARS, EVAL_MEMS, PRESET, RESULTS_DIR, SEED_MEMS, STEPS,
+                                           TRAIN_MEMS, block_means, code_test_path, run_name, write_stdlib_text)
 from txl_minimal.utils import LN2, atomic_write, atomic_write_text
 
 
-def code_corpus(out: Path):
-    """The standard library as one text file (in runs/, not committed) read as characters; the part of
-    its test split that is scored is also written, gzipped, into ``out``."""
-    path = write_stdlib_text(Path("runs") / "own_text" / "stdlib.txt")
+def code_corpus(out: Path, text: str | None = None):
+    """The standard library as one text file (in runs/, not committed; ``text``: a file of yours in
+    its place) read as characters; the part of its test split that is scored is also written,
+    gzipped, into ``out``."""
+    path = Path(text) if text else write_stdlib_text(Path("runs") / "own_text" / "stdlib.txt")
     corpus = load_corpus(path)
     test = corpus.decode(corpus.test[:EVAL_CHARS + 1])  # what is scored
     atomic_write(code_test_path(out), lambda f: f.write(gzip.compress(test.encode("utf-8"), mtime=0)))
@@ -45,13 +48,14 @@ def code_corpus(out: Path):
 
 
 def run(corpus, name: str, mem_len: int, steps: int, out: Path, score_only: bool = False,
-        resume: bool = False) -> dict:
+        resume: bool = False, seed: int = 0) -> dict:
     """Train one model (``score_only``: take the weights an earlier run saved; ``resume``: continue a
     stopped run from its ckpt.pt), keep its best weights, score them with every evaluation memory on
     the first EVAL_CHARS test characters."""
     model_cfg, train_cfg = preset(PRESET, mem_len=mem_len, vocab_size=corpus.vocab_size, max_steps=steps,
                                   amp="off", device="cpu", compile=False, out=str(out / name),
-                                  eval_interval=min(500, steps), warmup_steps=min(200, max(1, steps // 10)))
+                                  eval_interval=min(500, steps), warmup_steps=min(200, max(1, steps // 10)),
+                                  seed=seed)
     if score_only:
         model = load(out / f"{name}.safetensors")
     else:
@@ -72,7 +76,7 @@ def run(corpus, name: str, mem_len: int, steps: int, out: Path, score_only: bool
         test_bpc[m] = round(r["bpc"], 4)
         blocks[m] = [round(float(b), 5) for b in block_means(r["nll"] / LN2)]
         print(f"{name}: memory {m:5d} at evaluation: test bpc {r['bpc']:.4f}", flush=True)
-    return dict(corpus="code" if name.startswith("code") else corpus.name, mem_len=mem_len, steps=step,
+    return dict(corpus="code" if name.startswith("code") else corpus.name, mem_len=mem_len, seed=seed, steps=step,
                 params=sum(p.numel() for p in model.parameters()), train_wall_s=round(train_s, 1),
                 eval_wall_s=round(time.perf_counter() - t1, 1), best_step=best_step,
                 best_valid_bpc=round(best_valid, 4), test_bpc=test_bpc, blocks=blocks,
@@ -89,7 +93,11 @@ def main(argv=None) -> None:
     p.add_argument("--score-only", type=int, nargs="*", default=[], metavar="M",
                    help="training memories whose saved weights (OUT/NAME.safetensors) are scored again, not retrained")
     p.add_argument("--resume", action="store_true", help="continue runs stopped before the end (OUT/NAME/ckpt.pt)")
+    p.add_argument("--seed", type=int, default=0, help="the training seed (runs of seed N > 0 are named NAME-sN)")
+    p.add_argument("--text", help="a UTF-8 file of yours in place of the standard library's code (needs --out)")
     args = p.parse_args(argv)
+    if args.text and Path(args.out).resolve() == RESULTS_DIR.resolve():
+        p.error(f"--text would overwrite the shipped results in {RESULTS_DIR}. Fix: add --out runs/my_text")
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -97,21 +105,21 @@ def main(argv=None) -> None:
     for which in ("code", "text8-mini"):
         if args.only not in (None, which):
             continue
-        corpus = code_corpus(out) if which == "code" else load_corpus("text8-mini")
+        corpus = code_corpus(out, args.text) if which == "code" else load_corpus("text8-mini")
         for m in args.mems:
-            name = run_name(which, m)
+            name = run_name(which, m, args.seed)
             runs[name] = run(corpus, name, m, args.steps, out, score_only=m in args.score_only,
-                             resume=args.resume)
+                             resume=args.resume, seed=args.seed)
             # written after every run (results of the other job, or of an earlier one, are kept)
             path = out / "results.json"
             old = json.loads(path.read_text())["runs"] if path.exists() else {}
             merged = {**old, **runs}
             meta = dict(script="scripts/own_text.py", preset=PRESET, steps=args.steps, block=BLOCK,
                         eval_batch_size=16, eval_chars=EVAL_CHARS, eval_mems=list(EVAL_MEMS),
-                        train_mems=list(TRAIN_MEMS),
+                        train_mems=list(TRAIN_MEMS), seed_mems=list(SEED_MEMS),
                         python=platform.python_version(), torch=torch.__version__, threads=args.threads,
-                        machine=platform.machine(), code="the top-level modules of Python's standard library "
-                        f"(Python {platform.python_version()}), one after another")
+                        machine=platform.machine(), code=args.text or "the top-level modules of Python's standard "
+                        f"library (Python {platform.python_version()}), one after another")
             atomic_write_text(path, json.dumps(dict(meta=meta, runs=dict(sorted(merged.items()))), indent=1))
     print(f"wrote {out}/results.json", file=sys.stderr)
 

@@ -3,6 +3,7 @@ against itself (block means, scores, what the notebook's prose reads)."""
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -16,6 +17,16 @@ def test_block_means_are_the_means_of_consecutive_blocks_without_the_short_last_
     x = np.arange(11, dtype=np.float32)
     assert own_text.block_means(x, 4).tolist() == [1.5, 5.5]  # 8, 9, 10 dropped
     assert own_text.block_means(x[:3], 4).size == 0
+
+
+def test_paired_blocks_takes_its_standard_error_over_groups_of_blocks():
+    a, b = np.arange(10.0), np.zeros(10)
+    mean, se = own_text.paired_blocks(a, b, group=4)  # groups [0..3], [4..7]: means 1.5, 5.5; 8, 9 dropped
+    assert mean == pytest.approx(3.5) and se == pytest.approx(2.0)
+
+
+def test_run_names_mark_a_seed_other_than_0():
+    assert own_text.run_name("code", 64) == "code-m64" and own_text.run_name("text8-mini", 0, seed=1) == "text8-m0-s1"
 
 
 def test_paired_blocks_is_the_mean_difference_and_its_standard_error():
@@ -42,6 +53,12 @@ def test_the_stdlib_text_is_its_utf8_modules_in_order_and_a_folder_without_them_
     (tmp_path / "notes.txt").write_text("not a module")
     out = own_text.write_stdlib_text(tmp_path / "out" / "stdlib.txt", root=tmp_path)
     assert out.read_text() == "a = 1\nb = 2\n"
+    before = out.stat().st_mtime_ns
+    time.sleep(0.01)
+    own_text.write_stdlib_text(out, root=tmp_path)  # the same text: not rewritten (its corpus cache stays valid)
+    assert out.stat().st_mtime_ns == before
+    (tmp_path / "a.py").write_text("a = 10\n")
+    assert own_text.write_stdlib_text(out, root=tmp_path).read_text() == "a = 10\nb = 2\n"
     with pytest.raises(FileNotFoundError, match=r"no \.py files in .*Fix: pass the folder"):
         own_text.stdlib_files(tmp_path / "out")
 
@@ -54,10 +71,12 @@ def test_missing_results_say_how_to_get_them(tmp_path):
 def test_the_shipped_results_hold_every_run_and_their_block_means_give_their_scores():
     res = own_text.load_results()
     meta, runs = res["meta"], res["runs"]
-    assert sorted(runs) == sorted(own_text.run_name(c, m) for c in own_text.CORPORA for m in own_text.TRAIN_MEMS)
+    assert sorted(runs) == sorted([own_text.run_name(c, m) for c in own_text.CORPORA for m in own_text.TRAIN_MEMS]
+                                  + [own_text.run_name(c, m, 1) for c in own_text.CORPORA for m in own_text.SEED_MEMS])
     assert meta["eval_mems"] == list(own_text.EVAL_MEMS) and meta["eval_chars"] == own_text.EVAL_CHARS
     for name, run in runs.items():
         assert run["steps"] == meta["steps"] == own_text.STEPS, name
+        assert run["seed"] == (1 if name.endswith("-s1") else 0), name
         assert run["test_chars"] == own_text.EVAL_CHARS, name  # 256 whole blocks: none dropped
         for m in own_text.EVAL_MEMS:
             assert len(run["blocks"][m]) == own_text.EVAL_CHARS // own_text.BLOCK
