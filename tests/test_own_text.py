@@ -98,3 +98,12 @@ def test_the_shipped_models_are_those_the_results_describe():
         assert model.cfg.to_dict() == runs[name]["model_config"], name
         assert sum(p.numel() for p in model.parameters()) == runs[name]["params"], name
     assert load(own_text.RESULTS_DIR / "text8-m64.safetensors").cfg.vocab_size == load_corpus("text8-mini").vocab_size
+
+
+def test_the_prediction_checker_accepts_either_seeds_savings_but_not_the_two_swapped(capsys):
+    from txl_minimal.tutorial import exercises
+    runs = own_text.load_results()["runs"]
+    for seed in (0, 1):
+        assert exercises.check_memory_gain_prediction(own_text.memory_savings(runs, seed=seed)) is True
+    assert exercises.check_memory_gain_prediction(own_text.memory_savings(runs)[::-1]) is False
+    assert "wrong way round" in capsys.readouterr().out

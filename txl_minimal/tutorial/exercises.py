@@ -791,8 +791,8 @@ def check_adaptive_params(answer: Optional[Callable]) -> Optional[bool]:
 def check_memory_gain_prediction(prediction) -> Optional[bool]:
     """09, section 5, the prediction: (bits per character saved on code, on text8) by the model trained
     and evaluated with a memory of 64 against the one trained and evaluated without (results/own_text/
-    results.json: the paired block means of the same test characters); within 0.02 bits of each (the
-    two savings differ by about twice that: the wrong way round is not right)."""
+    results.json: the paired block means of the same test characters); within 0.025 bits of each (the
+    seed moves the code saving by 0.021; the two savings differ by 0.042: the wrong way round is not right)."""
     runs = own_text.load_results()["runs"]
     want = own_text.memory_savings(runs)
     own = [round(own_text.paired_blocks(runs[f"{t}-m64"]["blocks"][0], runs[f"{t}-m64"]["blocks"][64])[0], 3)
@@ -804,7 +804,7 @@ def check_memory_gain_prediction(prediction) -> Optional[bool]:
                                     (own, "what the M = 64 model loses without its memory, which it learnt to "
                                           "rely on; the question compares it with a model trained without one"),
                                     ([0.0, 0.0], "no saving")],
-                             tol=0.02)
+                             tol=0.025)
 
 
 def _char_gains(seed: int, n: int) -> tuple[str, np.ndarray, np.ndarray]:
