@@ -208,7 +208,24 @@ def test_no_pickle_ships():
     assert not list(PRETRAINED_DIR.glob("*.pt")) and not list(ROOT.glob("results/**/*.pt"))
     shipped = {p.stem for p in PRETRAINED_DIR.glob("*.safetensors")}
     results = {str(p.relative_to(ROOT).with_suffix("")) for p in ROOT.glob("results/*/*.safetensors")}
-    assert shipped == set(NAMES) and shipped | results == set(WEIGHTS_BEFORE)
+    assert shipped == set(NAMES) and shipped | results == set(WEIGHTS_BEFORE) | set(OWN_TEXT_WEIGHTS)
+
+
+# notebook 09's models (scripts/own_text.py): float32, as scored in results/own_text/results.json
+OWN_TEXT_WEIGHTS = {
+    "results/own_text/code-m0": "cb0e306347937ab33f8be329b5d2be6bc6c039126368f108a51ab8e6114ccb80",
+    "results/own_text/code-m64": "86ce423e1360fb2ebcc7a1f9bd99c8d393bd79648012de2dbcc004e731f027d2",
+    "results/own_text/text8-m64": "c4e3a98207399ac13fd6523c667abdefc698be29d73eac18a342da5f4f241e63",
+}
+
+
+@pytest.mark.parametrize("name", OWN_TEXT_WEIGHTS)
+def test_own_text_weights_are_float32_with_their_checksum_and_vocabulary(name):
+    tensors, _ = load_file(ROOT / f"{name}.safetensors")
+    assert weights_sha256(tensors) == OWN_TEXT_WEIGHTS[name] and {t.dtype for t in tensors.values()} == {torch.float32}
+    state = load_checkpoint(ROOT / f"{name}.safetensors")
+    vocab = state["vocab"]
+    assert state[CHECKSUM] == OWN_TEXT_WEIGHTS[name] and len(vocab["symbols"]) == state["model_config"]["vocab_size"]
 
 
 @pytest.mark.parametrize("name", NAMES)
