@@ -3,6 +3,7 @@
 killed run's leftovers in test_run_folder.py)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import re
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from txl_minimal.checkpoint import load_checkpoint, save, save_checkpoint
+from txl_minimal.checkpoint import load, load_checkpoint, save, save_checkpoint
 from txl_minimal.evaluate import evaluate, main as evaluate_main, read_segments, sliding_window_eval
 from txl_minimal.model import TransformerXL, TXLConfig
 from txl_minimal.train import TrainConfig, main as train_main, train
@@ -232,7 +233,7 @@ def test_clamp_len_is_refused_where_the_attention_has_no_sinusoid_distances(tiny
              "lengths": lambda: model.lengths(clamp_len=5).__enter__(),
              "read_segments": lambda: list(read_segments(model, ids[None], clamp_len=5)),
              "evaluate": lambda: evaluate(model, ids, clamp_len=5),
-             "model.cfg": lambda: setattr(model.cfg, "clamp_len", 5)}
+             "model.cfg": lambda: setattr(model, "cfg", dataclasses.replace(model.cfg, clamp_len=5))}
     for name, call in calls.items():
         with pytest.raises(ValueError, match=f"clamp_len=5 has no effect on attn_type '{attn_type}'.*Fix"):
             call()
@@ -253,7 +254,6 @@ def test_same_length_is_refused_without_memory(tiny_model):
 
 
 def test_the_evaluate_cli_refuses_a_length_the_model_ignores_and_notes_its_own(tmp_path, capsys, tiny_config):
-    from txl_minimal.model import TransformerXL
     argv = ["--corpus", "text8-mini", "--max-predictions", "30", "--no-progress"]
     err = cli_error(evaluate_main, ["vanilla-tiny", "--clamp-len", "5", *argv], capsys)
     assert "clamp_len=5 has no effect on attn_type 'abs'" in err and "Traceback" not in err
@@ -277,25 +277,32 @@ def test_training_refuses_eval_lengths_the_model_ignores_before_writing(tmp_path
 
 # 8. a built model's config changed directly --------------------------------------------------------
 
-def test_a_model_cfg_length_set_directly_is_checked_then_used(tiny_model):
+def test_a_model_cfg_is_frozen_and_a_new_one_may_change_only_its_lengths(tiny_model, tmp_path):
     model = tiny_model()
     x = torch.randint(0, 27, (1, 61))
-    with pytest.raises(ValueError, match="TXLConfig.mem_len must be an integer >= 0, got -3"):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         model.cfg.mem_len = -3  # the memory used to grow 61 -> 122 -> 183 tokens
+    with pytest.raises(ValueError, match="TXLConfig.mem_len must be an integer >= 0, got -3"):
+        model.cfg = dataclasses.replace(model.cfg, mem_len=-3)
     assert model.cfg.mem_len == 6
     mems = None
     for _ in range(3):
         mems = model(x, mems).mems
     assert mems[0].shape[1] == 6
-    model.cfg.mem_len = 10  # a valid length works as set_lengths(mem_len=10) does
+    model.cfg = dataclasses.replace(model.cfg, mem_len=10)  # a valid length works as set_lengths(mem_len=10) does
     assert model(x, mems).mems[0].shape[1] == 10
-    for field, value in (("n_layer", 3), ("d_model", 32), ("dropout", 0.3), ("attn_type", "abs")):
+    assert all(layer.dec_attn.cfg is model.cfg for layer in model.layers)  # the layers read the same lengths
+    for field, value in (("n_layer", 1), ("d_model", 32), ("dropout", 0.3), ("attn_type", "abs")):
         with pytest.raises(ValueError, match=f"model.cfg.{field} is fixed once the model is built.*Fix"):
-            setattr(model.cfg, field, value)
+            model.cfg = dataclasses.replace(model.cfg, **{field: value})  # was accepted: 4 layers ran on
+    with pytest.raises(ValueError, match="model.cfg must be a TXLConfig, got dict"):
+        model.cfg = model.cfg.to_dict()
+    assert len(model.layers) == model.cfg.n_layer == 2 and model.cfg.mem_len == 10
+    save(model, tmp_path / "m.pt")  # what save writes, load reads back (a replaced config made it unloadable)
+    assert load(tmp_path / "m.pt").cfg == model.cfg
     cfg = tiny_cfg()
-    cfg.n_layer, cfg.mem_len = 1, -3  # a plain config is checked by the model built from it
-    with pytest.raises(ValueError, match="mem_len must be an integer >= 0"):
-        TransformerXL(cfg)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.n_layer = 1  # a plain config is frozen too: dataclasses.replace makes a changed copy
 
 
 # 9. lengths and counts at 0, negative and huge --------------------------------------------------------

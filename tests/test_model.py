@@ -66,6 +66,101 @@ def test_four_terms_sum_to_the_score(tiny_model):
         torch.testing.assert_close(prob, expected)
 
 
+@pytest.mark.parametrize("attn_type", ["rel", "shaw"])
+def test_the_rel_shift_input_is_returned_with_the_terms_and_shifts_into_b_plus_d(tiny_model, attn_type):
+    model = tiny_model(attn_type=attn_type)
+    x = torch.randint(0, 27, (2, 6))
+    out = model(x, model(x).mems, return_terms=True, return_hidden=True)
+    assert len(out.rel_shift_input) == model.cfg.n_layer and all("shift_input" not in t for t in out.terms)
+    H, D = model.cfg.n_head, model.cfg.d_head
+    for n, (terms, before) in enumerate(zip(out.terms, out.rel_shift_input)):
+        assert before.shape == (2, H, 6, 12) and not before.isnan().any()
+        bd = terms["b"] + terms.get("d", 0)  # (b) + (d), NaN where masked
+        kept = ~bd.isnan()
+        assert rel_shift(before)[kept].allclose(bd[kept])  # B~ (+ D~): what attend's rel_shift is given
+        if attn_type == "rel":  # by hand: column c against R_{klen-1-c}, the query plus v
+            att, v = model.layers[n].dec_attn, model.uv(n)[1]
+            q = (out.hidden[n]["input"] @ att.qkv_net.weight[:H * D].T).view(2, 6, H, D)
+            wr = (model.relative_encoding(12) @ att.r_net.weight.T).view(12, H, D)  # rows: distances 11..0
+            torch.testing.assert_close(before, torch.einsum("bihd,chd->bhic", q + v, wr))
+    assert model(x, return_terms=True).rel_shift_input[0].shape[-1] == 6
+    vanilla = tiny_model(attn_type="abs")
+    assert vanilla(x, return_terms=True).rel_shift_input == [None, None]
+
+
+def test_return_hidden_gives_what_entered_each_layer_even_with_a_memory_shorter_than_the_segment(tiny_model):
+    from txl_minimal.tutorial.analysis import capture_layer_inputs
+    model = tiny_model(mem_len=3, tgt_len=6)  # out.mems[n] keeps 3 of the 6 rows that entered layer n
+    x = torch.randint(0, 27, (2, 12))
+    first = model(x[:, :6], return_hidden=True)
+    assert [h["memory"].shape[1] for h in first.hidden] == [0, 0]  # no memory yet: empty, not None
+    with capture_layer_inputs(model) as entered:
+        out = model(x[:, 6:], first.mems, return_hidden=True)
+    R, mask = model.relative_encoding(9), model.mask(6, 3, x.device)
+    for n, (hid, layer) in enumerate(zip(out.hidden, model.layers)):
+        assert hid["input"].shape == (2, 6, model.cfg.d_model)
+        assert hid["input"].equal(entered[n]) and hid["memory"].equal(first.mems[n])
+        attn_out = layer.dec_attn(hid["input"], hid["memory"], R, mask, *model.uv(n))[0]
+        torch.testing.assert_close(hid["attn"], attn_out)  # o^n, before the feed-forward
+        torch.testing.assert_close(hid["output"], layer.pos_ff(attn_out))  # h^n = FF(o^n)
+        if n + 1 < len(out.hidden):
+            assert hid["output"].equal(out.hidden[n + 1]["input"])
+    torch.testing.assert_close(model.output_logits(out.hidden[-1]["output"]), out.logits)
+    assert model(x[:, :6]).hidden is None
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_function_of_model_py_replaced_at_run_time_is_what_runs(tiny_model, monkeypatch, fast):
+    import txl_minimal.model as model_py
+    from txl_minimal import fast as fast_py
+    model = tiny_model(mem_len=6)
+    model.fast_attn = fast
+    model.eval()
+    x = torch.randint(0, 27, (1, 12))
+    with torch.no_grad():
+        want = [out.logits for out in (model(x[:, :6]),)]
+        want.append(model(x[:, 6:], model(x[:, :6]).mems).logits)
+    calls = {"rel_shift": 0, "update_memory": 0}
+    original = {name: getattr(model_py, name) for name in calls}
+
+    def counted(name):
+        def f(*args):
+            calls[name] += 1
+            return original[name](*args)
+        return f
+    for name in calls:
+        monkeypatch.setattr(model_py, name, counted(name))
+    assert sorted(fast_py.replaced_functions()) == sorted(calls)
+    with torch.no_grad():
+        got = [model(x[:, :6])]
+        got.append(model(x[:, 6:], got[0].mems))
+    assert calls["rel_shift"] >= 2 * model.cfg.n_layer and calls["update_memory"] >= 2  # the student's own code ran
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g.logits, w)  # the same numbers (a right rel_shift)
+    monkeypatch.setattr(model_py, "rel_shift", lambda t: original["rel_shift"](t) * 0)  # a wrong one shows
+    with torch.no_grad():
+        assert not torch.allclose(model(x[:, :6]).logits, want[0])
+    monkeypatch.undo()
+    assert fast_py.replaced_functions() == []
+
+
+def test_a_method_patched_onto_the_attention_class_runs_with_the_fast_paths_on(tiny_model, monkeypatch):
+    from txl_minimal.model import RelMultiHeadAttn
+    model = tiny_model()
+    x = torch.randint(0, 27, (1, 6))
+    before = model(x).logits
+    seen = []
+    original = RelMultiHeadAttn.attend
+
+    def attend(self, *args, **kwargs):
+        seen.append(1)
+        return original(self, *args, **kwargs)
+    monkeypatch.setattr(RelMultiHeadAttn, "attend", attend)
+    assert model.fast_attn
+    torch.testing.assert_close(model(x).logits, before)
+    assert len(seen) == model.cfg.n_layer  # the patched method ran, not the fast path that stands in for it
+
+
 def test_only_term_a_without_u_v_and_wkr(tiny_model):
     model = tiny_model()
     with torch.no_grad():

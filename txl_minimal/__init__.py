@@ -2,11 +2,27 @@
 
     from txl_minimal import TXLConfig, TransformerXL, load_corpus, load_pretrained, generate_text
 
+Every public name (``from txl_minimal import *``; each has its page in the API reference):
+
+    TXLConfig, TransformerXL, TXLOutput      the model's settings, the model, what one call returns
+    attention_mask, update_memory, sinusoid_table, rel_shift, RelMultiHeadAttn   its building blocks (Sec. 3)
+    load_corpus, Corpus, LMOrderedIterator, as_ids   a text as token ids, its batches in text order
+    VOCAB, VOCAB_SIZE, encode, decode        text8's 27 characters and their ids
+    generate_text                            text in, sampled text out
+    TrainConfig, preset, TrainResult         a training's settings (a preset's) and what it returns;
+                                             ``from txl_minimal import train``: ``train(model_cfg, cfg)`` trains
+    read_segments, sliding_window_eval       a text read segment by segment with memory; the vanilla sliding window
+                                             (``from txl_minimal.evaluate import evaluate``: bpc or perplexity)
+    save, load, save_checkpoint, load_checkpoint, model_from_checkpoint   models and run states on disk
+    official_state_dict, load_official_state_dict   the authors' parameter names
+    load_pretrained                          the shipped models by name ("txl-tiny", ...)
+
 The public API, by module (each imports only those above it; model.py needs torch alone,
 plus validation.py's clear errors and adaptive.py's word-level layers inside the package):
 
     adaptive     AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax   (words: TXLConfig(cutoffs=[...]))
-    model        TXLConfig, TransformerXL, TXLOutput             (the paper, Sec. 3; token ids in and out)
+    model        TXLConfig, TransformerXL, TXLOutput             (the paper, Sec. 3; token ids in and out), and its
+                 building blocks: attention_mask, update_memory, sinusoid_table, rel_shift, RelMultiHeadAttn
     fast         the model's faster subclasses, swapped in by ``model.fast_attn`` (the same numbers)
     variants     Shaw et al.'s encoding, adaptive span (registered on import)
     words        Vocab                                           (the authors' word vocabulary)
@@ -57,7 +73,8 @@ from . import variants  # noqa: E402,F401  registers attn_type="shaw" and adapti
 from . import fast  # noqa: E402,F401  sets model.SPEEDUP: models are built with the fast paths on
 from .data import (VOCAB, VOCAB_SIZE, Corpus, LMOrderedIterator, as_ids, decode, encode,  # noqa: E402
                    generate_text, load_corpus)
-from .model import TXLConfig, TXLOutput, TransformerXL  # noqa: E402
+from .model import (RelMultiHeadAttn, TXLConfig, TXLOutput, TransformerXL, attention_mask, rel_shift,  # noqa: E402
+                    sinusoid_table, update_memory)
 
 # Imported on first use, so that `python -m txl_minimal.train` (or .evaluate, .pretrained)
 # runs a module that the package has not imported already.
@@ -68,8 +85,14 @@ _LAZY = {"TrainConfig": "train", "preset": "train", "save": "checkpoint", "load"
          "TrainResult": "run_folder"}
 
 __all__ = ["TXLConfig", "TXLOutput", "TransformerXL", "VOCAB", "VOCAB_SIZE", "Corpus",
-           "LMOrderedIterator", "as_ids", "decode", "encode", "generate_text", "load_corpus"] + list(_LAZY)
+           "LMOrderedIterator", "as_ids", "decode", "encode", "generate_text", "load_corpus"] + list(_LAZY) + [
+           "attention_mask", "update_memory", "sinusoid_table", "rel_shift", "RelMultiHeadAttn"]
 __version__ = "0.1.0"
+
+
+def __dir__() -> list[str]:
+    """Every name here, the lazily imported ones included: ``help(txl_minimal)`` then documents all of ``__all__``."""
+    return sorted(set(globals()) | set(__all__))
 
 
 def __getattr__(name: str):

@@ -107,10 +107,26 @@ def _rebuild(explicit: type):
     return cls.__new__(cls)
 
 
+# What the fast paths stand in for, as model.py defined it when this module was imported: a function of model.py
+# or a method of its classes replaced since (a student's ``txl_minimal.model.rel_shift = my_rel_shift``, a patched
+# ``RelMultiHeadAttn.attend``) is run, not skipped: the fast path steps aside (``active``, ``_own``).
+EXPLICIT_FUNCTIONS = {name: getattr(model_py, name) for name in
+                      ("rel_shift", "attention_mask", "update_memory", "sinusoid_table")}
+_EXPLICIT_METHODS = {(base, name): getattr(base, name) for base, names in
+                     ((RelMultiHeadAttn, ("project", "attend", "positional_score", "reweight")),
+                      (TransformerXL, ("relative_encoding", "mask", "next_memory"))) for name in names}
+
+
+def replaced_functions() -> list[str]:
+    """The functions of model.py that have been replaced since this module was imported (their own code runs:
+    with any of them replaced, every fast path steps aside)."""
+    return [name for name, f in EXPLICIT_FUNCTIONS.items() if getattr(model_py, name) is not f]
+
+
 def _own(module: nn.Module, name: str, base: type) -> bool:
-    """``module``'s explicit class computes ``name`` as ``base`` (model.py) does: not a subclass's own
-    version, which the fast path would skip (its ``project``, ``attend``, ``next_memory``, ...)."""
-    return getattr(type(module).explicit, name) is getattr(base, name)
+    """``module``'s explicit class computes ``name`` as ``base`` (model.py) did: not a subclass's own
+    version, nor one patched onto ``base`` since, which the fast path would skip (``project``, ``attend``, ...)."""
+    return getattr(type(module).explicit, name) is _EXPLICIT_METHODS[base, name]
 
 
 class Dropout(_Fast, nn.Dropout):
@@ -346,9 +362,11 @@ def compile_segment(model: nn.Module, mode: str = "default"):
 # ----------------------------------------------------------------------------- evaluation
 
 def active(module: nn.Module) -> bool:
-    """``module`` is one of this file's subclasses (``TransformerXL.fast_attn``) and runs eagerly: under
-    ``torch.compile`` the model's plain code is traced (the compiler fuses it itself)."""
-    return isinstance(module, _Fast) and not _compiling()
+    """``module`` is one of this file's subclasses (``TransformerXL.fast_attn``) and runs eagerly (under
+    ``torch.compile`` the model's plain code is traced: the compiler fuses it itself), with model.py's
+    functions as they were (``replaced_functions``: a student's own rel_shift runs, not the fast path's)."""
+    return isinstance(module, _Fast) and not _compiling() and all(
+        getattr(model_py, name) is f for name, f in EXPLICIT_FUNCTIONS.items())
 
 
 def reusing(module: nn.Module) -> bool:

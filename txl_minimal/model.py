@@ -1,6 +1,4 @@
-"""Transformer-XL in one file (Dai et al., ACL 2019, arXiv:1901.02860).
-
-Read top to bottom, this file follows Section 3 of the paper:
+"""Transformer-XL in one file (Dai et al., ACL 2019, arXiv:1901.02860), read top to bottom as Section 3:
 
   3.2  segment-level recurrence      -> attention_mask, update_memory (read_segments: evaluate.py)
   3.3  relative positional encoding  -> sinusoid_table, rel_shift (Appendix B), RelMultiHeadAttn
@@ -14,12 +12,10 @@ The relative attention score between query i and key j:
            + v^T Wk,R R_{i-j}           (d) global positional bias
 
 In every layer E_x is that layer's input h~ = [SG(m) o h]: (a) + (c) = (q_i + u)^T k_j and (b) + (d) =
-(q_i + v)^T W_k,R R_{i-j}. The code numbers the segment's queries from 0: query i is key mlen + i.
-Also here: the vanilla baseline, ``attn_type="abs"`` (and ``"abs_far"``, the authors' attn_type 2: absolute
-positions counted back from the last key). Beside it: Shaw et al. and adaptive span (variants.py), adaptive
-input and softmax for words (adaptive.py), and fast.py: in the package the modules become its same-named
-subclasses, the same numbers in less time (``model.fast_attn = False``: this file's code; hook ``SPEEDUP``).
-Only torch is needed. Names are the authors': ``r_w_bias`` is u, ``r_r_bias`` is v. Shapes are batch first.
+(q_i + v)^T W_k,R R_{i-j}; query i is key mlen + i. ``r_w_bias`` is u, ``r_r_bias`` v; ``attn_type="abs"`` is
+the vanilla baseline. Only torch is needed. In the package fast.py swaps in same-named subclasses (the same
+numbers, faster); ``model.fast_attn = False``, or a function of this file replaced at run time
+(``txl_minimal.model.rel_shift = my_rel_shift``), runs this file's code.
 """
 from __future__ import annotations
 
@@ -39,22 +35,13 @@ else:  # this file copied alone: the same model, without the checks, cutoffs and
 SPEEDUP = None  # fast.switch(model, on): set by fast.py on import; swaps in its same-named subclasses
 
 
-@dataclass
+@dataclass(frozen=True)
 class TXLConfig:
-    """The model's hyper-parameters; the names are the authors' (their ``train.py`` flags).
-
-    L is ``tgt_len``, M ``mem_len``, N ``n_layer``, d ``d_model`` (the README's notation); each field's
-    comment says what it is. A field no model can have (a length below 0, an odd ``d_model``, a dropout
-    of 1) is a ValueError naming it, raised here rather than deep inside torch.
+    """The model's hyper-parameters, named as the authors' ``train.py`` flags (L, M, N, d: the README's).
 
     Returns:
-        The config (a dataclass): ``TransformerXL(cfg)`` builds its model, ``cfg.to_dict()`` is what a
-        checkpoint stores, ``dataclasses.replace(cfg, mem_len=256)`` a changed copy.
-
+        A frozen config (``dataclasses.replace(cfg, mem_len=256)``: a changed copy); an impossible field: ValueError.
     Examples:
-        >>> cfg = TXLConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, tgt_len=8, mem_len=8)
-        >>> cfg.vocab_size, cfg.attn_type
-        (27, 'rel')
         >>> TXLConfig(mem_len=-1)
         Traceback (most recent call last):
         ValueError: TXLConfig.mem_len must be an integer >= 0, got -1
@@ -77,7 +64,7 @@ class TXLConfig:
     untie_r: bool = False  # one (u, v) pair per layer instead of shared
     shaw_max_dist: int = 64  # "shaw": largest distance with its own learned vector
     adaptive_span: bool = False  # variants.py: learn a span z per head (Sukhbaatar et al., 2019)
-    span_ramp: int = 32  # R: width of the soft mask's linear ramp
+    span_ramp: int = 32  # rho: width of the soft mask's linear ramp
     span_init: float = 0.5  # initial z as a fraction of the largest span, tgt_len + mem_len
     span_loss_coeff: float = 2e-6  # lambda of the L1 penalty on spans (per token of span)
     cutoffs: list = field(default_factory=list)  # words (adaptive.py): cluster starts, e.g. [20000, 40000]; []: none
@@ -86,15 +73,11 @@ class TXLConfig:
     tie_projs: Optional[list] = None  # per cluster (len(cutoffs) + 1 bools): share the input's projection (None: none)
 
     def __post_init__(self) -> None:
-        if validation is not None:  # a ValueError naming the first impossible field; tuples as lists
+        if validation is not None:  # a ValueError naming the first impossible field; NumPy ints as ints
             validation.check_config(self)
 
-    def __setattr__(self, name: str, value) -> None:  # model.cfg.mem_len = -3: refused now, not read at forward
-        if validation is not None and name in self.__dict__:
-            value = validation.check_setattr(self, name, value)
-        super().__setattr__(name, value)
-
     def to_dict(self) -> dict:
+        """Every field by name, as a checkpoint stores it (``TXLConfig(**d)`` builds it again)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
@@ -103,24 +86,22 @@ class TXLOutput:
     """What ``TransformerXL.forward`` returns for a segment of B rows and T tokens.
 
     Attributes:
-        logits: (B, T, vocab_size) next-token log-probabilities in nats, up to a per-row constant; with
-            ``cutoffs`` exact log-probabilities, or None in training with targets (only ``nll``).
-        mems: n_layer tensors (B, <=mem_len, d_model): what entered each layer, detached, in the parameters' dtype.
-        loss: scalar mean NLL in nats (+ the adaptive-span penalty) if targets are given; bpc = loss / ln 2.
-        nll: (B, T) NLL of every target, in nats (-ln p).
-        attn: per layer (B, n_head, T, mlen + T) attention probabilities, rows sum to 1 (``return_attn``).
-        terms: per layer {"a", "b", "c", "d"}: the score terms before the 1/sqrt(d_head) scaling,
-            (B, n_head, T, mlen + T), NaN where masked (``return_terms``).
-
+        logits: (B, T, vocab_size) next-token log-probabilities in nats up to a per-row constant (exact with cutoffs;
+            None in training with targets and cutoffs).
+        mems: n_layer tensors (B, <=mem_len, d_model): what entered each layer, detached, for the next segment.
+        loss: the mean NLL in nats (+ the adaptive-span penalty) if targets are given; bpc = loss / ln 2.
+        nll: (B, T) NLL of every target, in nats.
+        attn: per layer (B, n_head, T, mlen + T) attention probabilities (``return_attn``).
+        terms: per layer the terms before the 1/sqrt(d_head) scaling, NaN where masked (``return_terms``): "a", "b",
+            "c", "d" for "rel"; "a", "b" for "shaw"; "a" for "abs" and "abs_far".
+        rel_shift_input: per layer what rel_shift turns into (b) + (d), (q_i + v)^T W_k,R R_{klen-1-c} in column c
+            (Appendix B's B~ + D~; "shaw": q_i^T a; ``return_terms``).
+        hidden: per layer "memory" (B, mlen, d) and "input" (B, T, d), the two parts of the h~ it read, "attn" its
+            attention sub-layer's output o and "output" its h^n (``return_hidden``).
     Examples:
-        >>> import math
-        >>> model = load_pretrained("txl-tiny")
-        >>> ids = as_ids(encode("the cat sat on the mat"))[None]       # (1, 22)
-        >>> out = model(ids[:, :-1], targets=ids[:, 1:])
-        >>> out.logits.shape, out.nll.shape, len(out.mems), out.mems[0].shape
-        (torch.Size([1, 21, 27]), torch.Size([1, 21]), 4, torch.Size([1, 21, 128]))
-        >>> round(out.loss.item() / math.log(2), 1)                   # bits per character
-        3.3
+        >>> out = load_pretrained("txl-tiny")(as_ids(encode("the cat"))[None], return_hidden=True)
+        >>> out.logits.shape, len(out.mems), out.hidden[1]["input"].shape
+        (torch.Size([1, 7, 27]), 4, torch.Size([1, 7, 128]))
     """
     logits: Optional[torch.Tensor]
     mems: list[torch.Tensor]
@@ -128,12 +109,20 @@ class TXLOutput:
     nll: Optional[torch.Tensor] = None
     attn: Optional[list[torch.Tensor]] = None
     terms: Optional[list[dict[str, torch.Tensor]]] = None
+    rel_shift_input: Optional[list[torch.Tensor]] = None
+    hidden: Optional[list[dict[str, torch.Tensor]]] = None
 
 
 # -- 3.2 Segment-level recurrence with state reuse ---------------------------------------------------
 def attention_mask(qlen: int, mlen: int, same_length: bool, mem_len: int, device=None) -> torch.Tensor:
-    """Bool (qlen, mlen+qlen), True where query i (key index mlen + i) must NOT see key j: the future; with
-    ``same_length`` also keys mem_len or more before it (the authors' evaluation; at mem_len 0 theirs gives NaN)."""
+    """The keys each query must not see: the future; with ``same_length``, keys ``mem_len`` or more back too.
+
+    Returns:
+        Bool (qlen, mlen + qlen) on ``device``, True where query i (key mlen + i) must NOT see key j.
+    Examples:
+        >>> attention_mask(2, 1, False, 1).int().tolist()
+        [[0, 0, 1], [0, 0, 0]]
+    """
     ones = torch.ones(qlen, mlen + qlen, dtype=torch.bool, device=device)
     mask = torch.triu(ones, diagonal=1 + mlen)
     if same_length and mem_len > 0:
@@ -142,8 +131,15 @@ def attention_mask(qlen: int, mlen: int, same_length: bool, mem_len: int, device
 
 
 def update_memory(hids: list[torch.Tensor], mems: Optional[list[torch.Tensor]], mem_len: int) -> list[torch.Tensor]:
-    """m^n_{tau+1} = SG(last mem_len rows of [m^n_tau o h^n_tau]), o along T; hids[n] = h^n, the output of
-    layer n (h^0: the embeddings), which layer n + 1 reads; the result's [n] is m^n."""
+    """The next memory: m^n_{tau+1} = SG(the last ``mem_len`` rows of [m^n_tau o h^n_tau]), o along T.
+
+    Returns:
+        One detached tensor per layer, from ``hids[n]`` = h^n (h^0: the embeddings) and ``mems[n]`` (None: none yet).
+    Examples:
+        >>> import torch
+        >>> [m.shape[1] for m in update_memory([torch.zeros(1, 3, 2)], [torch.ones(1, 4, 2)], 5)]
+        [5]
+    """
     if mem_len == 0:
         return [h.new_empty(h.size(0), 0, h.size(2)) for h in hids]
     with torch.no_grad():
@@ -154,7 +150,15 @@ def update_memory(hids: list[torch.Tensor], mems: Optional[list[torch.Tensor]], 
 
 # -- 3.3 Relative positional encodings -------------------------------------------------------------
 def sinusoid_table(pos_seq: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
-    """R: one row per position, all sines then all cosines (the authors' layout)."""
+    """R: the sinusoids of each position (or distance) of ``pos_seq`` at the frequencies ``inv_freq``.
+
+    Returns:
+        (len(pos_seq), 2 len(inv_freq)): one row per position, all sines then all cosines (the authors' order).
+    Examples:
+        >>> import torch
+        >>> sinusoid_table(torch.tensor([0.0]), torch.tensor([1.0, 0.5]))   # distance 0: sin 0, sin 0, cos 0, cos 0
+        tensor([[0., 0., 1., 1.]])
+    """
     angles = torch.outer(pos_seq, inv_freq)
     return torch.cat([angles.sin(), angles.cos()], dim=-1)
 
@@ -171,20 +175,39 @@ class PositionalEmbedding(nn.Module):
 
 
 def rel_shift(x: torch.Tensor) -> torch.Tensor:
-    """Turn scores against R_{klen-1}..R_0 (columns) into scores against R_{i-j}.
+    """Scores against R_{klen-1}..R_0 (columns) as scores against R_{i-j} (Appendix B's shift).
 
-    Row i holds (q_i + v) . W_k,R R_r for r = klen-1..0; key j needs r = mlen + i - j, column
-    j + qlen - 1 - i, so row i slides left by qlen - 1 - i. Pad a zero column and read the flat buffer
-    in rows of klen from offset qlen: row i then starts at old column qlen - 1 - i (the authors' code;
-    Appendix B shifts row by row); entries above the causal diagonal become garbage the mask removes."""
+    Row i of ``x`` holds (q_i + v)^T W_k,R R_r for r = klen-1..0; key j needs r = mlen + i - j, column j + qlen-1-i:
+    row i slides left by qlen-1-i, done for every row at once by padding a zero column and reading the flat buffer
+    in rows of klen from offset qlen (the authors' code).
+
+    Returns:
+        (..., qlen, klen): (i, j) holds distance mlen + i - j; above the causal diagonal, garbage the mask hides.
+    Examples:
+        >>> import torch
+        >>> rel_shift(torch.tensor([[1, 2, 3], [4, 5, 6]])).tolist()       # qlen 2, klen 3: mlen 1
+        [[2, 3, 0], [4, 5, 6]]
+    """
     *lead, qlen, klen = x.shape
     padded = F.pad(x, (1, 0)).view(*lead, klen + 1, qlen)  # a zero column first, then read as (klen+1, qlen)
     return padded[..., 1:, :].reshape(*lead, qlen, klen)
 
 
 class RelMultiHeadAttn(nn.Module):
-    """Multi-head attention over [SG(memory) o segment] with the score A^rel above. The vanilla
-    model uses it without the positional score; variants override ``positional_score``/``reweight``."""
+    """One layer's multi-head attention over [SG(memory) o segment], scored by A^rel above.
+
+    Returns:
+        The module (from ``cfg``). ``att(h, mem, pos, mask, u, v)``, h (B, qlen, d_model), mem (B, mlen, d_model) or
+        None, pos ``model.relative_encoding(klen)`` (vanilla: None), ``model.mask(...)`` and ``model.uv(layer)``,
+        gives (LayerNorm(h + W_o attention), probabilities (B, n_head, qlen, klen)).
+    Examples:
+        >>> import torch
+        >>> m = load_pretrained("txl-tiny")
+        >>> out, a = m.layers[0].dec_attn(torch.ones(1, 3, 128), None, m.relative_encoding(3), m.mask(3, 0, None),
+        ...                               *m.uv(0), return_attn=True)
+        >>> out.shape, a.shape
+        (torch.Size([1, 3, 128]), torch.Size([1, 4, 3, 3]))
+    """
 
     def __init__(self, cfg: TXLConfig):
         super().__init__()
@@ -213,14 +236,16 @@ class RelMultiHeadAttn(nn.Module):
         q = q[:, -h.size(1):]  # queries: the segment only; keys and values: memory too
         return self._heads(q), self._heads(k), self._heads(val)
 
-    def positional_score(self, q: torch.Tensor, pos: Optional[torch.Tensor],
-                         v: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-        """(b) + (d) = (q_i + v)^T W_k,R R_{i-j} for all (i, j); pos: R_{klen-1..0} or None (vanilla)."""
+    def positional_score(self, q: torch.Tensor, pos: Optional[torch.Tensor], v: Optional[torch.Tensor],
+                         shift: bool = True) -> Optional[torch.Tensor]:
+        """(b) + (d) = (q_i + v)^T W_k,R R_{i-j} for all (i, j); pos: R_{klen-1..0} or None (vanilla).
+        ``shift=False``: before ``rel_shift``, against R_{klen-1-c} in column c."""
         if pos is None:
             return None
         r = self.r_net(pos).view(-1, self.n_head, self.d_head).transpose(0, 1)  # W_k,R R: (H, klen, D)
         q_v = q if v is None else q + v[:, None]
-        return rel_shift(q_v @ r.transpose(-1, -2))
+        scores = q_v @ r.transpose(-1, -2)
+        return rel_shift(scores) if shift else scores
 
     def reweight(self, prob: torch.Tensor) -> torch.Tensor:  # adaptive span (variants.py) re-weights here
         return prob
@@ -239,7 +264,6 @@ class RelMultiHeadAttn(nn.Module):
 
     def forward(self, h: torch.Tensor, mem: Optional[torch.Tensor], pos: Optional[torch.Tensor], mask: torch.Tensor,
                 u: Optional[torch.Tensor], v: Optional[torch.Tensor], return_attn: bool = False):
-        """h (B, qlen, d_model), mem (B, mlen, d_model) or None -> (LayerNorm(h + W_o attention), a or None)."""
         q, k, val = self.project(h, mem)
         out, prob = self.attend(q, k, val, pos, mask, u, v, return_attn)
         out = self.drop(self.o_net(out.transpose(1, 2).reshape(*h.shape[:2], -1)))
@@ -247,7 +271,7 @@ class RelMultiHeadAttn(nn.Module):
         return out, prob
 
     def score_terms(self, h, mem, pos, mask, u, v) -> dict[str, torch.Tensor]:
-        """The terms (a)-(d) separately, unscaled, NaN where masked (to look at them)."""
+        """The terms (a)-(d) apart, unscaled, NaN where masked, and "shift_input": what attend's rel_shift is given."""
         q, k, _ = self.project(h, mem)
         terms = {"a": q @ k.transpose(-1, -2)}
         if pos is not None:
@@ -256,10 +280,13 @@ class RelMultiHeadAttn(nn.Module):
             r = self.r_net(pos).view(-1, self.n_head, self.d_head).transpose(0, 1)
             terms["c"] = (u[:, None] @ k.transpose(-1, -2)).expand_as(terms["a"])
             terms["d"] = rel_shift((v[:, None] @ r.transpose(-1, -2)).expand_as(terms["a"]))
-        return {name: t.masked_fill(mask, float("nan")) for name, t in terms.items()}
+        terms = {name: t.masked_fill(mask, float("nan")) for name, t in terms.items()}
+        if pos is not None:  # (its columns are distances: nothing to mask)
+            terms["shift_input"] = self.positional_score(q, pos, v, shift=False)
+        return terms
 
 
-ATTENTION = {"rel": RelMultiHeadAttn, "abs": RelMultiHeadAttn, "abs_far": RelMultiHeadAttn}  # variants.py adds 2
+ATTENTION = {"rel": RelMultiHeadAttn, "abs": RelMultiHeadAttn, "abs_far": RelMultiHeadAttn}  # + variants.py's
 
 
 # -- The N-layer model (end of 3.3) ----------------------------------------------------------------
@@ -285,46 +312,38 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: TXLConfig):
         super().__init__()
-        name = "span" if cfg.adaptive_span else cfg.attn_type
-        if name not in ATTENTION:
-            raise ValueError(f"attention {name!r} is in txl_minimal/variants.py: import it first")
-        self.dec_attn = ATTENTION[name](cfg)
+        self.dec_attn = ATTENTION["span" if cfg.adaptive_span else cfg.attn_type](cfg)  # variants.py adds two
         self.pos_ff = PositionwiseFF(cfg)
 
-    def forward(self, h, mem, pos, mask, u, v, return_attn: bool = False):
-        h, prob = self.dec_attn(h, mem, pos, mask, u, v, return_attn)
-        return self.pos_ff(h), prob
+    def forward(self, h, mem, pos, mask, u, v, return_attn: bool = False, hidden: Optional[dict] = None):
+        o, prob = self.dec_attn(h, mem, pos, mask, u, v, return_attn)
+        out = self.pos_ff(o)
+        if hidden is not None:  # return_hidden: what entered, the attention sub-layer's output, the layer's
+            hidden.update(memory=h[:, :0] if mem is None else mem, input=h, attn=o, output=out)
+        return out, prob
 
 
 class TransformerXL(nn.Module):
     """Transformer-XL (Sec. 3 of the paper): a character or word language model with segment-level recurrence.
 
-    Built from a ``TXLConfig`` (``cfg``), in training mode, as any torch module.
-    ``out = model(tokens, mems, targets, return_attn=False, return_terms=False)`` runs one segment:
-      tokens   (B, T) integer ids in [0, vocab_size); text: ``txl_minimal.encode``
+    Built from a ``TXLConfig`` (``cfg``), in training mode. ``out = model(tokens, mems, targets)`` runs one segment:
+      tokens   (B, T) integer ids in [0, vocab_size): a corpus's ``encode`` (text8's 27 symbols: ``txl_minimal.encode``)
       mems     the previous segment's ``out.mems`` (None: empty); pass ``out.mems`` to the next
-      targets  (B, T) integer ids to score (None: no loss); return_attn, return_terms: see TXLOutput
+      targets  (B, T) integer ids to score (None: no loss); return_attn, return_terms, return_hidden: see TXLOutput
 
     Returns:
-        The model (a ``torch.nn.Module``); calling it returns a ``TXLOutput``. ``model.generate``
-        samples ids, ``model.lengths(...)`` evaluates with other lengths (its methods, below).
-
+        The model; a call returns a ``TXLOutput``. ``model.generate`` samples; ``model.lengths(...)`` changes lengths.
     Examples:
-        >>> model = TransformerXL(TXLConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64,
-        ...                                 tgt_len=8, mem_len=8))
+        >>> model = TransformerXL(TXLConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, tgt_len=8))
         >>> x = as_ids(encode("the cat sat on a mat"))[None]            # (1, 20) token ids
         >>> out = model(x[:, :8])                                       # the first segment
-        >>> out.logits.shape, out.mems[0].shape
-        (torch.Size([1, 8, 27]), torch.Size([1, 8, 32]))
-        >>> out = model(x[:, 8:16], out.mems, return_attn=True)        # the next one reads the memory too
-        >>> out.attn[0].shape                                           # (B, n_head, T, M + T)
+        >>> model(x[:, 8:16], out.mems, return_attn=True).attn[0].shape   # the next reads the memory: (B, H, T, M + T)
         torch.Size([1, 2, 8, 16])
     """
 
     def __init__(self, cfg: TXLConfig):
         super().__init__()
-        self.cfg = cfg = replace(cfg)  # our own copy: set_lengths must not change another model's
-        cfg.__dict__["_model_cfg"] = True  # validation.check_setattr: lengths checked when set, sizes fixed
+        self._cfg = cfg  # frozen: set_lengths replaces it, and its layers' (``cfg``, below)
         self.crit = None  # with cutoffs: the adaptive softmax (adaptive.py), tied to the adaptive input
         words = bool(cfg.cutoffs) or cfg.d_embed not in (None, cfg.d_model)
         if words and adaptive is None:
@@ -359,26 +378,35 @@ class TransformerXL(nn.Module):
             if isinstance(getattr(m, name, None), nn.Parameter):
                 nn.init.normal_(getattr(m, name), 0.0, 0.02)
 
+    @property
+    def cfg(self) -> TXLConfig:  # frozen: set_lengths, or model.cfg = replace(model.cfg, mem_len=256), replaces it
+        return self._cfg
+
+    @cfg.setter
+    def cfg(self, new: TXLConfig) -> None:  # its layers' too (fast.py reads their lengths)
+        if validation is not None:  # a ValueError for another size (the layers were built for this one), or a
+            validation.check_new_config(self._cfg, new)  # clamp_len or same_length set where it changes nothing
+        for m in self.modules():
+            if isinstance(m.__dict__.get("cfg"), TXLConfig):
+                m.cfg = new
+        self._cfg = new
+
     def set_lengths(self, tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
                     clamp_len: Optional[int] = None, same_length: Optional[bool] = None) -> None:
-        """Change lengths in place (None keeps one); a bad value raises ``ValueError``, changing nothing."""
+        """Change lengths (None keeps one) in a new, checked config; a bad value: ``ValueError``, nothing changed."""
         new = dict(tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len, same_length=same_length)
-        checked = replace(self.cfg, **{k: v for k, v in new.items() if v is not None})  # validates a copy
-        if validation is not None:  # and refuses a clamp_len or same_length this model would ignore
-            validation.check_lengths_matter(checked, clamp_len=clamp_len, same_length=same_length)
-        self.cfg.__dict__.update(checked.__dict__)  # in place: every layer shares self.cfg
+        self.cfg = replace(self.cfg, **{k: v for k, v in new.items() if v is not None})
 
     @contextlib.contextmanager
     def lengths(self, tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
                 clamp_len: Optional[int] = None, same_length: Optional[bool] = None):
         """``with model.lengths(mem_len=512):`` in eval mode; lengths and mode come back on exit."""
         cfg, was_training = self.cfg, self.training
-        saved = dict(tgt_len=cfg.tgt_len, mem_len=cfg.mem_len, clamp_len=cfg.clamp_len, same_length=cfg.same_length)
         self.set_lengths(tgt_len, mem_len, clamp_len, same_length)
         try:
             yield self.eval()
         finally:
-            cfg.__dict__.update(saved)  # only these come back (they were this config's: nothing to check)
+            self.cfg = cfg
             self.train(was_training)
 
     @property  # True (the package's default): fast.py's subclasses; False: this file's code
@@ -392,9 +420,11 @@ class TransformerXL(nn.Module):
             SPEEDUP(self, self._fast)
 
     def num_params(self) -> int:
+        """How many numbers the model learns (a tied weight counted once)."""
         return sum(p.numel() for p in self.parameters())
 
-    def uv(self, layer: int) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:  # shared, or per layer: untie_r
+    def uv(self, layer: int) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+        """(u, v) of layer ``layer`` (from 0): shared, or its own with ``untie_r``; (None, None) if not "rel"."""
         att = self.layers[layer].dec_attn
         return (att.r_w_bias, att.r_r_bias) if self.cfg.untie_r else (self.r_w_bias, self.r_r_bias)
 
@@ -404,10 +434,12 @@ class TransformerXL(nn.Module):
         dist = torch.arange(klen - 1, -1, -1.0, device=self.pos_emb.inv_freq.device)
         return self.pos_emb(dist.clamp(max=self.cfg.clamp_len) if self.cfg.clamp_len > 0 else dist)
 
-    def mask(self, qlen: int, mlen: int, device: torch.device) -> torch.Tensor:  # for this model's lengths
+    def mask(self, qlen: int, mlen: int, device: torch.device) -> torch.Tensor:
+        """``attention_mask`` at this model's lengths (same_length, mem_len)."""
         return attention_mask(qlen, mlen, self.cfg.same_length, self.cfg.mem_len, device=device)
 
     def next_memory(self, hids: list[torch.Tensor], mems: Optional[list[torch.Tensor]]) -> list[torch.Tensor]:
+        """``update_memory`` at this model's mem_len."""
         return update_memory(hids, mems, self.cfg.mem_len)
 
     def output_logits(self, h: torch.Tensor) -> torch.Tensor:
@@ -417,14 +449,16 @@ class TransformerXL(nn.Module):
         return F.linear(h, self.word_emb.weight if self.out_weight is None else self.out_weight, self.out_bias)
 
     def forward(self, tokens: torch.Tensor, mems: Optional[list[torch.Tensor]] = None,
-                targets: Optional[torch.Tensor] = None, return_attn=False, return_terms=False) -> TXLOutput:
+                targets: Optional[torch.Tensor] = None, return_attn=False, return_terms=False,
+                return_hidden=False) -> TXLOutput:
         """Run one segment (see the class docstring); returns a ``TXLOutput``."""
         if validation is not None:  # clear errors (a list of ids: a tensor); once per call, outside torch.compile
             tokens, targets = validation.check_inputs(self, tokens, mems, targets)
-        return self.segment(tokens, mems, targets, return_attn, return_terms)
+        return self.segment(tokens, mems, targets, return_attn, return_terms, return_hidden)
 
     def segment(self, tokens: torch.Tensor, mems: Optional[list[torch.Tensor]] = None,
-                targets: Optional[torch.Tensor] = None, return_attn=False, return_terms=False) -> TXLOutput:
+                targets: Optional[torch.Tensor] = None, return_attn=False, return_terms=False,
+                return_hidden=False) -> TXLOutput:
         """``forward`` without the input checks (``torch.compile`` traces this without a break)."""
         cfg = self.cfg
         mems = None if not mems or mems[0].size(1) == 0 else mems
@@ -443,18 +477,22 @@ class TransformerXL(nn.Module):
             pos = self.drop(self.relative_encoding(mlen + qlen).to(x.dtype))  # (dropout on R: the authors' code)
         h = self.drop(x)
         mask = self.mask(qlen, mlen, x.device)
-        hids, attn, terms = [], [], []
+        hids, attn, terms, shift_inputs, hidden = [], [], [], [], []
         for i, layer in enumerate(self.layers):
             hids.append(h)  # layer i's memory is made of what entered layer i
             mem, (u, v) = None if mems is None else read_mems[i], self.uv(i)
             if return_terms:
                 terms.append(layer.dec_attn.score_terms(h, mem, pos, mask, u, v))
-            h, prob = layer(h, mem, pos, mask, u, v, return_attn)
+                shift_inputs.append(terms[-1].pop("shift_input", None))
+            hidden.append({} if return_hidden else None)
+            h, prob = layer(h, mem, pos, mask, u, v, return_attn, hidden=hidden[-1])
             attn.append(prob)
         h = self.drop(h)
         per_target = self.crit is not None and self.training and targets is not None  # only the targets' clusters
         out = TXLOutput(logits=None if per_target else self.output_logits(h), mems=self.next_memory(hids, mems),
-                        attn=attn if return_attn else None, terms=terms if return_terms else None)
+                        attn=attn if return_attn else None, terms=terms if return_terms else None,
+                        rel_shift_input=shift_inputs if return_terms else None,
+                        hidden=hidden if return_hidden else None)
         if targets is not None:
             if per_target:
                 out.nll = self.crit.nll(h, targets.long()).float()
@@ -468,8 +506,7 @@ class TransformerXL(nn.Module):
 
     def generate(self, prompt, n_new: int, temperature: float = 1.0, top_k: Optional[int] = None,
                  generator: Optional[torch.Generator] = None) -> torch.Tensor:
-        """The prompt's ids ((B, T) or (T,)) and ``n_new`` sampled ones (``sampling.generate``; temperature 0: greedy).
-        With memory each new token is read once (Sec. 3.2); without, the last tgt_len are. Text: ``generate_text``."""
+        """The prompt's ids ((B, T) or (T,)) and ``n_new`` sampled ones (sampling.py; text: ``generate_text``)."""
         if sampling is None:
             raise ValueError("generate is in txl_minimal/sampling.py: import the model from the package")
         return sampling.generate(self, prompt, n_new, temperature, top_k, generator)

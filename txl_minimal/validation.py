@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-from dataclasses import fields, replace
+from dataclasses import fields
 from typing import Optional
 
 import torch
@@ -18,7 +18,6 @@ import torch
 ATTN_TYPES = ("rel", "abs", "abs_far", "shaw")  # "shaw" is registered by variants.py
 INT_TYPES = (torch.long, torch.int, torch.int16, torch.int8, torch.uint8)  # what nn.Embedding reads (as long)
 LENGTHS = ("tgt_len", "mem_len", "clamp_len", "same_length")  # what set_lengths may change on a built model
-OWNED = "_model_cfg"  # set in a TransformerXL's own config's __dict__: its sizes are fixed (check_setattr)
 
 
 def as_int(value) -> Optional[int]:
@@ -34,7 +33,9 @@ def as_int(value) -> Optional[int]:
 
 def check_config(cfg) -> None:
     """A ``TXLConfig`` whose fields all make sense, else the first impossible field. NumPy integers
-    become Python ints, tuples lists (a checkpoint saves the config, and loads only plain types back)."""
+    become Python ints, tuples lists (a checkpoint saves the config, and loads only plain types back):
+    set in place (``object.__setattr__``: the config is frozen once made)."""
+    setattr = object.__setattr__  # (the dataclass is frozen: its own __setattr__ refuses)
     for f in fields(cfg):  # types first: True is an int to Python, and "no" is truthy
         value, low = getattr(cfg, f.name), 0 if f.name in ("mem_len", "clamp_len") else 1
         if f.type in ("int", "Optional[int]") and type(value) is not int and as_int(value) is not None:
@@ -59,8 +60,8 @@ def check_config(cfg) -> None:
     if cfg.adaptive_span and cfg.attn_type != "rel":
         raise ValueError("TXLConfig.adaptive_span needs attn_type='rel'")
     check_clusters(cfg)
-    cfg.cutoffs = list(cfg.cutoffs)  # a tuple would not compare equal to a saved list
-    cfg.tie_projs = None if cfg.tie_projs is None else list(cfg.tie_projs)
+    setattr(cfg, "cutoffs", list(cfg.cutoffs))  # a tuple would not compare equal to a saved list
+    setattr(cfg, "tie_projs", None if cfg.tie_projs is None else list(cfg.tie_projs))
 
 
 def check_clusters(cfg) -> None:
@@ -68,7 +69,8 @@ def check_clusters(cfg) -> None:
     clusters, widths d_embed // div_val**i of at least 1, one tie_projs entry per cluster."""
     cutoffs, V = cfg.cutoffs, cfg.vocab_size
     if isinstance(cutoffs, (list, tuple)) and all(as_int(c) is not None for c in cutoffs):
-        cutoffs = cfg.cutoffs = [as_int(c) for c in cutoffs]  # NumPy integers as ints
+        cutoffs = [as_int(c) for c in cutoffs]  # NumPy integers as ints
+        object.__setattr__(cfg, "cutoffs", cutoffs)
     if not isinstance(cutoffs, (list, tuple)) or not all(type(c) is int for c in cutoffs):
         raise ValueError(f"TXLConfig.cutoffs must be a list of integers (e.g. [20000, 40000, 200000]; "
                          f"[]: one plain softmax), got {cutoffs!r}")
@@ -252,18 +254,19 @@ def check_training_lengths(model_cfg, train_cfg) -> None:
                          train_cfg.eval_same_length)
 
 
-def check_setattr(cfg, name: str, value):
-    """The value ``cfg.name = value`` stores (``TXLConfig.__setattr__``, for a field already set). A
-    plain config takes anything (the model built from it checks it); a model's own config (``OWNED``)
-    takes a length as ``set_lengths`` does, checked now (``forward`` reads it at every segment), and
-    refuses every other field: the layers were built from it and would not follow."""
-    if not cfg.__dict__.get(OWNED):
-        return value
-    if name not in LENGTHS:
-        raise ValueError(f"model.cfg.{name} is fixed once the model is built: its layers were made with "
-                         f"{name}={getattr(cfg, name)!r} and would not change with the config. Fix: build another "
-                         f"model, TransformerXL(dataclasses.replace(model.cfg, {name}=...)); lengths change with "
-                         "model.set_lengths(tgt_len=..., mem_len=..., clamp_len=..., same_length=...)")
-    checked = replace(cfg, **{name: value})  # a TXLConfig: every field checked, as TXLConfig(...) would
-    check_lengths_matter(checked, "model.cfg.", **{k: value for k in (name,) if k in ("clamp_len", "same_length")})
-    return getattr(checked, name)
+def check_new_config(old, new) -> None:
+    """``model.cfg = new`` on a model built from ``old``: ``new`` must be a ``TXLConfig`` with the same sizes (the
+    layers were built from them), and a clamp_len or same_length it changes must change something
+    (``check_lengths_matter``); else a ValueError naming the field and the fix."""
+    if type(new) is not type(old):
+        raise ValueError(f"model.cfg must be a TXLConfig, got {type(new).__name__}. Fix: model.set_lengths(...) for "
+                         "its lengths, or build another model, TransformerXL(TXLConfig(...))")
+    for f in fields(old):
+        if f.name not in LENGTHS and getattr(new, f.name) != getattr(old, f.name):
+            raise ValueError(f"model.cfg.{f.name} is fixed once the model is built: its layers were made with "
+                             f"{f.name}={getattr(old, f.name)!r}, not {getattr(new, f.name)!r}. Fix: build another "
+                             f"model, TransformerXL(dataclasses.replace(model.cfg, {f.name}=...)); lengths change "
+                             "with model.set_lengths(tgt_len=..., mem_len=..., clamp_len=..., same_length=...)")
+    changed = {k: getattr(new, k) for k in ("clamp_len", "same_length") if getattr(new, k) != getattr(old, k)}
+    check_lengths_matter(new, **changed)
+

@@ -29,10 +29,11 @@ class ShawAttn(RelMultiHeadAttn):
         self.r_emb = nn.Parameter(torch.zeros(cfg.shaw_max_dist + 1, cfg.d_head))
 
     def positional_score(self, q: torch.Tensor, pos: Optional[torch.Tensor],
-                         v: Optional[torch.Tensor]) -> torch.Tensor:
+                         v: Optional[torch.Tensor], shift: bool = True) -> torch.Tensor:
         klen = pos.size(0)  # R_{klen-1}, ..., R_0: only its length matters here
         dist = torch.arange(klen - 1, -1, -1, device=q.device).clamp(max=self.cfg.shaw_max_dist)
-        return rel_shift(q @ self.r_emb[dist].transpose(-1, -2))  # (b) only
+        scores = q @ self.r_emb[dist].transpose(-1, -2)  # (b) only, against the distances klen-1..0
+        return rel_shift(scores) if shift else scores
 
 
 def span_mask(dist: torch.Tensor, z: torch.Tensor, ramp: int) -> torch.Tensor:
