@@ -20,11 +20,6 @@ is never replaced silently: continue it with --resume or replace it with --overw
 OUT/train.lock keeps a second training out of OUT while one runs; Ctrl-C (or SIGTERM, SIGHUP)
 finishes the step in progress, saves it to OUT/ckpt.pt and prints the --resume command that
 continues it. A NaN or inf in the loss or the weights stops the run, its last finite checkpoint kept.
-
-``train`` is the loop: data, forward, backward, clip, step, schedule; what it does between steps (the
-log row, the evaluation, the checkpoint, the stop vote) is bookkeeping.py's ``Bookkeeper.after_step``.
-Its settings are train_config.py's (``TrainConfig``, ``preset``, ``lr_at``), what it keeps in --out
-run_folder.py's.
 """
 from __future__ import annotations
 
@@ -75,6 +70,9 @@ from txl_minimal.text_file import check_settings  # noqa: F401
 
 
 # ----------------------------------------------------------------------------- the loop
+# train() is the loop: data, forward, backward, clip, step, schedule. What happens between two steps (the
+# log row, the divergence check, the evaluation, the checkpoint, the stop vote) is Bookkeeper.after_step
+# (bookkeeping.py); the settings are train_config.py's, what a run keeps in --out run_folder.py's.
 
 def training_loss(out: TXLOutput, loss_positions: str = "full", adaptive_span: bool = False) -> torch.Tensor:
     """What a step minimises: ``out.loss`` ("full"), or with "half" the mean NLL of the segment's

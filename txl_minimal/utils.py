@@ -1,6 +1,8 @@
-"""What a notebook's first cell imports: ``check`` (a claim, named when it fails), and from their own
-modules ``seed_everything`` and ``LN2``. The helpers this module held before each job had a module
-of its own are imported here too, so that ``from txl_minimal.utils import ...`` still finds them:
+"""What a notebook's first cell imports: ``check`` (a claim, named when it fails), ``seed_everything``
+and ``LN2``.
+
+The helpers this module held before each job had a module of its own are imported here too (the two
+above among them), so that ``from txl_minimal.utils import ...`` still finds them:
 scores.py (bpc or perplexity), machine.py (devices, seeds), files.py (atomic writes, folder checks),
 shipped_files.py (MANIFEST.json and checksums), finite.py (NaN and inf), cli.py (what the command
 lines share) and run_lock.py (OUT/train.lock). A patch goes where a name lives now."""
