@@ -1,8 +1,9 @@
 """The package's import direction: model, data (over text8, word_corpora, enwik8 and batching), utils
-at the bottom; checkpoint, then evaluate, then train above them (over its presets, devices,
-run_folder and command_line); pretrained on top, loaded only by __init__ (lazily). The
-notebooks' helpers live in txl_minimal.tutorial, above the library (the model, and evaluate
-where they score text); no library module imports anything from there."""
+(over the helpers by job: scores, machine, files, shipped_files, finite, cli, run_lock) at the bottom;
+checkpoint, then evaluate, then train above them (over its train_config, presets, devices, the run
+folder's run_checkpoints, run_signals, run_log and run_folder, bookkeeping and command_line); pretrained
+on top, loaded only by __init__ (lazily). The notebooks' helpers live in txl_minimal.tutorial, above the
+library (the model, and evaluate where they score text); no library module imports anything from there."""
 from __future__ import annotations
 
 import ast
@@ -16,7 +17,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "txl_minimal"
 # module (dotted, inside txl_minimal) -> the package modules it may import (anything not listed is off limits)
 ALLOWED = {
     # the library
-    "utils": set(),
+    # the helpers, by job; utils.py imports each (the names it held before they had modules of their own)
+    "scores": set(),  # LN2, bpc or perplexity
+    "machine": set(),  # the device, bf16's speed, seeds and threads
+    "files": set(),  # atomic writes, WriteError, folder checks, read_json
+    "shipped_files": {"files"},  # MANIFEST.json: sizes and SHA-256 of what ships
+    "finite": set(),  # where a NaN or inf is
+    "cli": set(),  # what the command lines share: int_at_least, Once, terminal_progress, callable_module
+    "run_lock": set(),  # OUT/train.lock
+    "utils": {"scores", "machine", "files", "shipped_files", "finite", "cli", "run_lock"},  # check, and the above
     "wikifil": set(),
     "validation": set(),  # torch only: the model's clear errors (text is encoded in text8.py)
     "adaptive": set(),  # torch only: the word-level embedding and softmax
@@ -39,11 +48,18 @@ ALLOWED = {
     "checkpoint": {"model", "data", "utils", "safetensors_io"},
     "evaluate": {"model", "data", "utils", "checkpoint", "validation", "fast"},  # checks once; compile
     "presets": {"model", "data"},  # the presets' settings (their TrainConfig is made in train.py)
-    "devices": {"model", "data", "utils", "validation", "fast"},  # DDP, precision, compile, Adam
-    "run_folder": {"model", "utils", "checkpoint", "devices"},  # lock, log.csv, checkpoints, resume, Ctrl-C
-    "command_line": {"data", "utils", "devices", "run_folder"},  # train.main's flags
-    "train": {"model", "data", "utils", "checkpoint", "evaluate", "validation", "presets", "devices", "run_folder",
-              "command_line", "batching", "text_file"},
+    "devices": {"model", "data", "machine", "validation", "fast"},  # DDP, precision, compile, Adam
+    "train_config": {"model", "data", "machine", "validation", "presets", "devices", "text_file"},  # TrainConfig
+    "run_checkpoints": {"model", "checkpoint", "devices", "files", "finite"},  # ckpt.pt, best.pt, resume
+    "run_signals": {"devices", "run_checkpoints"},  # Ctrl-C, SIGTERM, SIGHUP
+    "run_log": {"checkpoint", "files", "scores", "run_checkpoints"},  # log.csv
+    "run_folder": {"model", "checkpoint", "devices", "files", "scores", "run_lock", "run_checkpoints", "run_signals",
+                   "run_log"},  # --out: one run per folder; TrainResult
+    "bookkeeping": {"devices", "scores", "train_config", "run_checkpoints", "run_signals", "run_log"},  # between steps
+    "command_line": {"data", "cli", "devices", "run_folder"},  # train.main's flags
+    "train": {"model", "data", "checkpoint", "evaluate", "validation", "presets", "devices", "run_folder",
+              "command_line", "batching", "text_file", "train_config", "bookkeeping", "run_checkpoints",
+              "run_signals", "scores", "files", "machine", "cli"},
     "pretrained": {"model", "data", "utils", "checkpoint", "evaluate"},
     "doctor": {"utils", "text8", "word_corpora", "enwik8", "checkpoint", "train",  # python -m txl_minimal.doctor
                "safetensors_io"},

@@ -38,8 +38,9 @@ plus validation.py's clear errors and adaptive.py's word-level layers inside the
                  official_state_dict, load_official_state_dict   (the authors' weights)
     evaluate     read_segments, evaluate, sliding_window_eval    (python -m txl_minimal.evaluate)
     train        TrainConfig, preset, train                      (python -m txl_minimal.train), over
-                 presets (PRESETS), devices (DDP, precision, compile, Adam), run_folder (--out: lock,
-                 log.csv, checkpoints, resume, Ctrl-C; TrainResult) and command_line (its flags)
+                 train_config (TrainConfig, preset, lr_at), presets (PRESETS), devices (DDP, precision,
+                 compile, Adam), bookkeeping (between steps), run_folder (--out; TrainResult: over
+                 run_lock, run_log, run_checkpoints and run_signals) and command_line (its flags)
     pretrained   load_pretrained                                 (python -m txl_minimal.pretrained)
 
 Not the library: ``txl_minimal.tutorial`` holds the notebooks' helpers (analysis, context,

@@ -1,6 +1,6 @@
 """The command line of ``python -m txl_minimal.train`` apart from the training it starts (train.main):
 its flags, the --set KEY=VALUE values, and the line it ends with. The presets, the amp choices and
-the config fields come from train.py, which imports this module."""
+the config fields come from train.main, which passes them (train.py imports this module)."""
 from __future__ import annotations
 
 import argparse
@@ -13,7 +13,7 @@ from typing import Optional
 from txl_minimal.data import CORPORA, UNITS
 from txl_minimal.devices import COMPILE_MODES
 from txl_minimal.run_folder import TrainResult
-from txl_minimal.utils import Once, int_at_least
+from txl_minimal.cli import Once, int_at_least
 
 BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 

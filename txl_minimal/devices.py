@@ -18,7 +18,7 @@ import torch.distributed as dist
 from txl_minimal import fast, validation
 from txl_minimal.data import Corpus, LMOrderedIterator
 from txl_minimal.model import TransformerXL, TXLConfig
-from txl_minimal.utils import bf16_speedup, default_device
+from txl_minimal.machine import bf16_speedup, default_device
 
 COMPILE_MODES = ("auto", "reduce-overhead")  # TrainConfig.compile besides True and False
 
