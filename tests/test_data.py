@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import torch
 
+import txl_minimal.corpora
 import txl_minimal.data
-import txl_minimal.text8
 from txl_minimal.data import (MINI_PATH, REPO_DATA, VOCAB, VOCAB_SIZE, Corpus, CorpusError, Text8Source,
                               decode, encode, load_corpus, load_text8, load_text8_mini, split_corpus, text8_dir)
 
@@ -119,7 +119,6 @@ def test_user_placed_unzipped_text8_is_used(tmp_path):
     assert decode(c.test) == text[-1000:].decode()
 
 
-@pytest.mark.filterwarnings("ignore:text8.zip SHA-256")  # the zip check only warns
 @pytest.mark.parametrize("corrupt", ["checksum", "truncated", "not_a_zip"])
 def test_bad_download_raises_and_leaves_nothing(tmp_path, corrupt):
     src, zpath, _ = fake_text8(tmp_path)
@@ -295,7 +294,7 @@ def test_mini_ships_inside_the_package():
 def test_text8_goes_to_a_writable_folder(tmp_path, monkeypatch):
     """Source checkout: data/text8/; installed package: $TXL_DATA_DIR, else the user cache."""
     assert text8_dir() == REPO_DATA / "text8"  # these tests run from a checkout
-    monkeypatch.setattr(txl_minimal.text8, "REPO_DATA", tmp_path / "site-packages" / "data")
+    monkeypatch.setattr(txl_minimal.corpora, "REPO_DATA", tmp_path / "site-packages" / "data")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert text8_dir() == tmp_path / "cache" / "txl_minimal" / "text8"
     monkeypatch.delenv("XDG_CACHE_HOME")

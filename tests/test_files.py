@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from tiny import DAMAGES, ROOT, cli_error, damage, synthetic_corpus, tiny_cfg, tiny_train_cfg
-from txl_minimal import checkpoint, data, pretrained, text8
+from txl_minimal import checkpoint, corpora, data, pretrained
 from txl_minimal.checkpoint import _feed, load_checkpoint, load_official_state_dict, official_state_dict, state_sha256
 from txl_minimal.data import CorpusError, load_text8, load_text8_mini
 from txl_minimal.evaluate import main as evaluate_main
@@ -122,8 +122,9 @@ def fake_text8(folder: Path) -> tuple[data.Text8Source, bytes]:
     folder.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(folder / "text8.zip", "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("text8", text)
-    return data.Text8Source(url="http://localhost/text8.zip", zip_bytes=0, zip_sha256="0", text_bytes=len(text),
-                            text_md5=hashlib.md5(text).hexdigest()), text
+    return data.Text8Source(url="http://localhost/text8.zip", zip_bytes=0,
+                            zip_sha256=hashlib.sha256((folder / "text8.zip").read_bytes()).hexdigest(),
+                            text_bytes=len(text), text_md5=hashlib.md5(text).hexdigest()), text
 
 
 def no_network(*args, **kwargs):
@@ -153,7 +154,7 @@ def test_text8_zip(tmp_path, how):
     with zipfile.ZipFile(other, "w") as zf:
         zf.writestr("text8", b"abc " * 100)
     damage(path, how, other.getvalue())
-    expected = "does not contain text8" if how == "wrong content" else "is not a valid zip"
+    expected = "does not hold text8" if how == "wrong content" else "is not a valid zip"
     with pytest.raises(CorpusError, match=f"{re.escape(str(path))} {expected}.*Fix: delete or replace"):
         load_text8(tmp_path, source=src, opener=no_network, progress=False)
     assert path.exists()  # the user's file is named, never deleted
@@ -307,7 +308,7 @@ def test_evaluating_a_folder_a_text_file_or_a_malicious_pickle(tmp_path, capsys)
 
 
 def test_text8_dir_with_home_unset_and_data_dir_missing(tmp_path, monkeypatch):
-    monkeypatch.setattr(text8, "REPO_DATA", tmp_path / "site-packages" / "data")  # as an installed package
+    monkeypatch.setattr(corpora, "REPO_DATA", tmp_path / "site-packages" / "data")  # as an installed package
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.delenv("HOME", raising=False)
     assert data.text8_dir().name == "text8"  # the password database's home, no KeyError
@@ -403,7 +404,7 @@ def test_a_data_folder_that_is_a_file_says_so(tmp_path, monkeypatch, where):
     if where == "TXL_DATA_DIR":
         monkeypatch.setenv("TXL_DATA_DIR", str(notes))
     kwargs = {"data_dir": notes} if where == "data_dir" else {}
-    for name in ("text8", "wt2"):
+    for name in ("text8", "wt2", "enwik8"):  # enwik8 used to try a download into it: "File exists"
         with pytest.raises(CorpusError, match=f"{where}=.*notes.txt.* is a file, not a folder.*Fix: .*{where}") as e:
             data.load_corpus(name, **kwargs)
         assert "File exists" not in str(e.value)

@@ -1,9 +1,10 @@
-"""The package's import direction: model, data (over text8, word_corpora, enwik8 and batching), utils
-(over the helpers by job: scores, machine, files, shipped_files, finite, cli, run_lock) at the bottom;
-checkpoint, then evaluate, then train above them (over its train_config, presets, devices, the run
-folder's run_checkpoints, run_signals, run_log and run_folder, bookkeeping and command_line); pretrained
-on top, loaded only by __init__ (lazily). The notebooks' helpers live in txl_minimal.tutorial, above the
-library (the model, and evaluate where they score text); no library module imports anything from there."""
+"""The package's import direction: model, data (over the corpus layer, corpora.py, with text8,
+word_corpora, enwik8 and text_file on it, and over batching), utils (over the helpers by job: scores,
+machine, files, shipped_files, finite, cli, run_lock) at the bottom; checkpoint, then evaluate, then
+train above them (over its train_config, presets, devices, the run folder's run_checkpoints,
+run_signals, run_log and run_folder, bookkeeping and command_line); pretrained on top, loaded only by
+__init__ (lazily). The notebooks' helpers live in txl_minimal.tutorial, above the library (the model,
+and evaluate where they score text); no library module imports anything from there."""
 from __future__ import annotations
 
 import ast
@@ -27,20 +28,21 @@ ALLOWED = {
     "run_lock": set(),  # OUT/train.lock
     "utils": {"scores", "machine", "files", "shipped_files", "finite", "cli", "run_lock"},  # check, and the above
     "wikifil": set(),
-    "validation": set(),  # torch only: the model's clear errors (text is encoded in text8.py)
+    "validation": set(),  # torch only: the model's clear errors (text is encoded in symbols.py)
     "adaptive": set(),  # torch only: the word-level embedding and softmax
     "sampling": {"validation"},  # generate: duck-typed, it imports no model
     "model": {"validation", "adaptive", "sampling"},  # only inside the package: model.py copied alone runs without them
     "fast": {"model"},  # the model's faster subclasses (model.py names only its hook, SPEEDUP)
     "words": set(),  # the authors' Vocab
-    "symbols": {"words"},  # text <-> ids over any vocabulary (a text file's characters or words)
-    "text8": {"utils", "symbols"},  # characters: text8, text8-mini, Corpus, CorpusError
-    "word_corpora": {"utils", "words", "text8"},  # WikiText in text8's folder, with its download and cache
-    "enwik8": {"utils", "words", "text8"},  # bytes, in text8's folder, with its download and cache
-    "text_file": {"symbols", "text8", "words"},  # your own UTF-8 file: chunked reading, its vocabulary, the cache
+    "symbols": {"words"},  # text <-> ids: text8's 27 characters (VOCAB, encode), any other vocabulary
+    "corpora": {"utils", "symbols"},  # what every corpus shares: Corpus, CorpusError, Source, the download, the cache
+    "text8": {"utils", "symbols", "corpora"},  # characters: text8, text8-mini
+    "word_corpora": {"words", "symbols", "corpora", "text8"},  # words: text8-mini's, WikiText's
+    "enwik8": {"words", "corpora"},  # bytes, as the authors prepare them
+    "text_file": {"symbols", "corpora", "words"},  # your own UTF-8 file: chunked reading, its vocabulary, its cache
     "batching": set(),  # torch and numpy only: the ordered iterator
     # the corpora's front door; generate_text calls model.generate without importing the model
-    "data": {"text8", "word_corpora", "enwik8", "text_file", "symbols", "batching", "words"},
+    "data": {"corpora", "text8", "word_corpora", "enwik8", "text_file", "symbols", "batching", "words"},
     "variants": {"model"},
     "flops": {"model"},
     "safetensors_io": {"utils"},  # the shipped weights' format, without pickle
@@ -61,8 +63,8 @@ ALLOWED = {
               "command_line", "batching", "text_file", "train_config", "bookkeeping", "run_checkpoints",
               "run_signals", "scores", "files", "machine", "cli"},
     "pretrained": {"model", "data", "utils", "checkpoint", "evaluate"},
-    "doctor": {"utils", "text8", "word_corpora", "enwik8", "checkpoint", "train",  # python -m txl_minimal.doctor
-               "safetensors_io"},
+    "doctor": {"utils", "corpora", "text8", "word_corpora", "enwik8", "checkpoint",  # python -m txl_minimal.doctor
+               "train", "safetensors_io"},
     # the notebooks' helpers
     "tutorial.context": {"model", "data", "utils", "evaluate"},
     "tutorial.analysis": {"model", "data", "utils", "evaluate"},

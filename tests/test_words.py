@@ -112,8 +112,8 @@ def fake_wikitext(tmp_path: Path, name: str = "wt2"):
     zpath = tmp_path / "server" / real.zip_name
     zpath.parent.mkdir()
     with zipfile.ZipFile(zpath, "w", zipfile.ZIP_DEFLATED) as zf:
-        for split in SPLITS:
-            zf.writestr(f"{real.folder}/wiki.{split}.tokens", text[split])
+        for split, member in zip(SPLITS, real.members):  # {folder}/wiki.{split}.tokens
+            zf.writestr(member, text[split])
     raw = zpath.read_bytes()
     src = replace(real, url=zpath.as_uri(), zip_md5=hashlib.md5(raw).hexdigest(),
                   zip_sha256=hashlib.sha256(raw).hexdigest())

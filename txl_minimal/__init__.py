@@ -26,14 +26,17 @@ plus validation.py's clear errors and adaptive.py's word-level layers inside the
     fast         the model's faster subclasses, swapped in by ``model.fast_attn`` (the same numbers)
     variants     Shaw et al.'s encoding, adaptive span (registered on import)
     words        Vocab                                           (the authors' word vocabulary)
-    symbols      encode_symbols, decode_symbols, UNKNOWN_CHAR    (text <-> ids of any vocabulary)
-    text8        VOCAB, encode, decode, Corpus, load_text8, load_text8_mini   (characters)
+    symbols      VOCAB, encode, decode (text8's 27 characters); encode_symbols, decode_symbols, UNKNOWN_CHAR
+                 (text <-> ids of any other vocabulary)
+    corpora      Corpus, CorpusError, Source, text8_dir           (the corpus layer: what every corpus shares,
+                 the data folder, the split, a zip's download with its checks, the .npy cache)
+    text8        load_text8, load_text8_mini                     (characters)
     text_file    load_text_file                                  (your own UTF-8 file: characters or words)
     word_corpora load_wikitext, load_text8_mini_words, word_stats  (words: WikiText-103/-2, text8-mini)
     enwik8       load_enwik8, encode_bytes, decode_bytes          (bytes: the Hutter Prize file, as the authors)
     batching     LMOrderedIterator, as_ids                       (in order, batch first, for the memory)
     data         load_corpus, generate_text(model, "the king ", n_new)   (text in, text out);
-                 the corpora's front door: text8's, word_corpora's, enwik8's and batching's names import from it too
+                 the corpora's front door: the names of those above (but model's) import from it too
     checkpoint   save, load, save_checkpoint, load_checkpoint, model_from_checkpoint,
                  official_state_dict, load_official_state_dict   (the authors' weights)
     evaluate     read_segments, evaluate, sliding_window_eval    (python -m txl_minimal.evaluate)

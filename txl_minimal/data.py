@@ -1,17 +1,19 @@
 """The corpora by name, and text in and out of a model: ``load_corpus`` and ``generate_text``.
-The front door of text8.py (characters), word_corpora.py (words), enwik8.py (bytes) and
-batching.py (the ordered iterator): their public names are importable from here too.
+The front door of the corpus layer (corpora.py: Corpus, CorpusError, the data folder, the download,
+its checks and the cache), the corpora over it, text8.py (characters), word_corpora.py (words),
+enwik8.py (bytes) and text_file.py (your own file), and of batching.py (the ordered iterator): their
+public names are importable from here too.
 
     corpus = load_corpus("auto")              # text8 if present/downloadable, else text8-mini
     it = LMOrderedIterator(corpus.train, batch_size=22, tgt_len=512)
     for x, y in it: ...                       # (batch, seq) LongTensors, y = x shifted by one
     words = load_corpus("text8-mini-words")   # offline: 10,000 words + <unk>; also "wt103", "wt2"
-    wiki = load_corpus("enwik8")              # bytes of Wikipedia XML, as the authors prepare them
+    wiki = load_corpus("enwik8")              # bytes of Wikipedia XML, as the authors prepare it
 
 A character corpus is scored in bits per character, enwik8 (``unit == "byte"``) in bits per
 byte (named bpc, as the paper does), a word corpus (``unit == "word"``) in perplexity. The
 other names are handed on from where they live, so patch one there: setting
-``txl_minimal.text8.REPO_DATA`` moves text8_dir(), setting ``txl_minimal.data.REPO_DATA`` would not.
+``txl_minimal.corpora.REPO_DATA`` moves text8_dir(), setting ``txl_minimal.data.REPO_DATA`` would not.
 """
 
 from __future__ import annotations
@@ -22,25 +24,27 @@ from pathlib import Path
 import torch
 
 from txl_minimal.batching import LMOrderedIterator, as_ids, check_split
+from txl_minimal.corpora import (MINI_HINT, REPO_DATA, SPLITS, Corpus, CorpusError, Source, default_text8_dir,
+                                 split_corpus, text8_dir)
 from txl_minimal.enwik8 import ENWIK8, Enwik8Source, decode_bytes, encode_bytes, load_enwik8
-from txl_minimal.text8 import (MINI_HINT, MINI_PATH, REPO_DATA, TEXT8, VOCAB, VOCAB_SIZE, Corpus, CorpusError,
-                               Text8Source, decode, default_text8_dir, encode, load_text8, load_text8_mini,
-                               split_corpus, text8_dir)
-from txl_minimal.word_corpora import (MINI_WORDS_MAX_SIZE, SPLITS, WIKITEXT, WikiTextSource, load_text8_mini_words,
+from txl_minimal.text8 import MINI_PATH, TEXT8, Text8Source, load_text8, load_text8_mini
+from txl_minimal.word_corpora import (MINI_WORDS_MAX_SIZE, WIKITEXT, WikiTextSource, load_text8_mini_words,
                                       load_wikitext, word_stats)
-from txl_minimal.symbols import UNKNOWN_CHAR, decode_symbols, encode_symbols
+from txl_minimal.symbols import UNKNOWN_CHAR, VOCAB, VOCAB_SIZE, decode, decode_symbols, encode, encode_symbols
 from txl_minimal.text_file import DEFAULT_SPLIT, UNITS, load_text_file
 from txl_minimal.words import Vocab
 
 __all__ = ["CORPORA", "WORD_CORPORA", "load_corpus", "generate_text", "is_corpus_path",
            # text_file.py, symbols.py
            "load_text_file", "DEFAULT_SPLIT", "UNITS", "UNKNOWN_CHAR",
-           # text8.py
-           "VOCAB", "VOCAB_SIZE", "MINI_PATH", "REPO_DATA", "MINI_HINT", "TEXT8", "Text8Source", "Corpus",
-           "CorpusError", "encode", "decode", "split_corpus", "default_text8_dir", "text8_dir", "load_text8",
+           # corpora.py (what every corpus shares)
+           "Corpus", "CorpusError", "Source", "SPLITS", "REPO_DATA", "MINI_HINT", "split_corpus", "default_text8_dir",
+           "text8_dir",
+           # text8.py; its characters from symbols.py
+           "VOCAB", "VOCAB_SIZE", "MINI_PATH", "TEXT8", "Text8Source", "encode", "decode", "load_text8",
            "load_text8_mini",
            # word_corpora.py
-           "MINI_WORDS_MAX_SIZE", "SPLITS", "WIKITEXT", "WikiTextSource", "load_text8_mini_words", "load_wikitext",
+           "MINI_WORDS_MAX_SIZE", "WIKITEXT", "WikiTextSource", "load_text8_mini_words", "load_wikitext",
            "word_stats",
            # enwik8.py
            "ENWIK8", "Enwik8Source", "load_enwik8", "encode_bytes", "decode_bytes",

@@ -32,14 +32,15 @@ from collections.abc import Callable
 
 import torch
 
-from txl_minimal import enwik8
+from txl_minimal import enwik8, text8, word_corpora
 from txl_minimal.checkpoint import PRETRAINED_DIR
+from txl_minimal.corpora import CorpusError, Source, cache_files, check_text, text8_dir, unzip_and_check
 from txl_minimal.enwik8 import ENWIK8
 from txl_minimal.safetensors_io import SafetensorsError, load_file
-from txl_minimal.text8 import MINI_PATH, TEXT8, CorpusError, _check_text, _read_cache, _unzip_and_check, text8_dir
+from txl_minimal.text8 import MINI_PATH, TEXT8
 from txl_minimal.train import choose_precision, preset
 from txl_minimal.utils import MANIFEST, default_device, folder_problem, read_json, shipped_file_problem
-from txl_minimal.word_corpora import WIKITEXT, _read_word_cache
+from txl_minimal.word_corpora import WIKITEXT
 
 ROOT = Path(__file__).resolve().parents[1]  # the clone, when this is one (it has notebooks/)
 SHIPPED_FOLDERS = (PRETRAINED_DIR, MINI_PATH.parent)  # the package's files, each with its MANIFEST.json
@@ -205,45 +206,40 @@ def file_digest(path: Path, algorithm: str) -> str:
 
 def text8_state(d: Path) -> tuple[str, Optional[str]]:
     """(what is in ``d``, advice if it is damaged): text8's cache, its zip, its text, or nothing."""
-    cache = [d / f"text8.{s}.npy" for s in ("train", "valid", "test")]
-    if all(p.exists() for p in cache) and (d / "text8.vocab.txt").exists():
-        problem = _read_cache(cache, d / "text8.vocab.txt", TEXT8)[1]
-        return ("cached and verified (MD5 of its text)", None) if problem is None else \
-            (problem, "load_corpus('text8') rebuilds this cache from text8.zip; if that fails, delete "
-                      f"{d}/text8.* and let it download again")
-    return _placed_state(d, "text8", TEXT8, _check_text, _unzip_and_check) or \
-        ("not downloaded; the notebooks use the shipped text8-mini on a CPU (notebook 04 downloads "
-         "text8, 31 MB, on a GPU)", None)
+    return _archive_state(d, TEXT8, cache_files(d, "text8", ".vocab.txt"), text8._read_cache, "its text",
+                          "not downloaded; the notebooks use the shipped text8-mini on a CPU (notebook 04 downloads "
+                          "text8, 31 MB, on a GPU)")
 
 
 def enwik8_state(d: Path) -> tuple[str, Optional[str]]:
     """(what is in ``d``, advice if it is damaged): enwik8's cache, its zip, its file, or nothing."""
-    cache, meta = enwik8._cache_files(d)
-    if all(p.exists() for p in (*cache, meta)):
-        problem = enwik8._read_cache(d, ENWIK8)[2]
-        return ("cached and verified (MD5 of its ids)", None) if problem is None else \
-            (problem, "load_corpus('enwik8') rebuilds this cache from enwik8.zip; if that fails, delete "
-                      f"{d}/enwik8.* and let it download again")
-    return _placed_state(d, "enwik8", ENWIK8, enwik8._check_text, enwik8._unzip_and_check) or \
-        ("not downloaded (no notebook needs it)", None)
+    return _archive_state(d, ENWIK8, cache_files(d, "enwik8", ".vocab.json"), enwik8._read_cache, "its ids",
+                          "not downloaded (no notebook needs it)")
 
 
-def _placed_state(d: Path, name: str, src, check_text: Callable, unzip_and_check: Callable):
-    """(state, advice) of ``name`` or ``name``.zip placed in ``d``, checked as its loader checks
-    them (``src``: its source), or None when neither is there."""
-    for placed in (d / name, d / f"{name}.zip"):
+def _archive_state(d: Path, src: Source, files: list[Path], read: Callable, hashed: str,
+                   absent: str) -> tuple[str, Optional[str]]:
+    """(state, advice) of ``src`` in ``d``: its cache ``files``, read as its loader reads them (``read``;
+    the MD5 of ``hashed`` verified), else its unzipped text or zip, checked as its loader checks them,
+    else ``absent``."""
+    if all(p.exists() for p in files):
+        problem = read(files, src)[1]
+        return (f"cached and verified (MD5 of {hashed})", None) if problem is None else \
+            (problem, f"load_corpus('{src.name}') rebuilds this cache from {src.zip_name}; if that fails, delete "
+                      f"{d}/{src.name}.* and let it download again")
+    for placed in (d / name for name in src.files):
         if placed.exists():
             try:
                 with warnings.catch_warnings():  # a zip of another SHA-256 is checked by its content here
                     warnings.simplefilter("ignore")
-                    if placed.name == name:
+                    if placed.name == src.name:
                         check_text(placed.read_bytes(), src, d, str(placed), placed)
                     elif file_digest(placed, "sha256") != src.zip_sha256:  # a re-zipped copy may still be good
                         unzip_and_check(placed, src, d, str(placed), placed)
             except CorpusError as e:
                 return f"{placed.name} damaged ({str(e).split('. Fix')[0]})", str(e).split("Fix: ")[-1]
             return f"{placed.name} verified, not yet cached", None
-    return None
+    return absent, None
 
 
 def check_data() -> list[Finding]:
@@ -258,9 +254,9 @@ def check_data() -> list[Finding]:
     state, advice = text8_state(d)
     found = [where, Finding("text8", state, advice), Finding("enwik8", *enwik8_state(d))]
     for name, src in WIKITEXT.items():
-        words = [d / f"{name}.{s}.npy" for s in ("train", "valid", "test")]
-        if all(p.exists() for p in words) and (d / f"{name}.vocab.txt").exists():
-            problem = _read_word_cache(words, d / f"{name}.vocab.txt")[2]
+        words = cache_files(d, name, ".vocab.txt")
+        if all(p.exists() for p in words):
+            problem = word_corpora._read_cache(words, src)[1]
             found.append(Finding(name, "cached" if problem is None else problem,
                                  None if problem is None else f"delete {d}/{name}.*.npy: load_corpus('{name}') "
                                  f"rebuilds them from {src.zip_name}"))

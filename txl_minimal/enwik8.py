@@ -32,37 +32,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import urllib.request
-import warnings
-import zipfile
-import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from txl_minimal.text8 import Corpus, CorpusError, _download, _write_cache, split_corpus, text8_dir
-from txl_minimal.utils import remove_leftovers
+from txl_minimal.corpora import (SPLITS, Corpus, Source, cache_files, corpus_dir, fetch, from_cache,
+                                 read_splits, split_corpus, write_cache)
 from txl_minimal.words import Vocab
 
 NEWLINE = 10  # the byte the authors' reader drops (prep_enwik8.py writes it as a line break)
 UNIT = "byte"  # Corpus.unit and a checkpoint's: scored in bits per byte, named "bpc" as the paper does
-SPLITS = ("train", "valid", "test")
-
-
-@dataclass(frozen=True)
-class Enwik8Source:
-    """Where enwik8 comes from and what it must look like (tests swap in a small fake)."""
-
-    url: str = "http://mattmahoney.net/dc/enwik8.zip"
-    zip_bytes: int = 36_445_475
-    zip_sha256: str = "547994d9980ebed1288380d652999f38a14fe291a6247c157c3d33d4932534bc"
-    text_bytes: int = 100_000_000
-    text_md5: str = "a1fa5ffddb56f4953e226637dabbb36a"
-    member: str = "enwik8"  # the zip's one file, the name prep_enwik8.py reads
 
 
 # The checks, and who publishes them (none verified here: no internet). The unzipped file's size
@@ -71,7 +54,16 @@ class Enwik8Source:
 # those HuggingFace datasets verifies (datasets/enwik8/dataset_infos.json: 36,445,475 bytes) and a
 # DataDeps.jl registration (`register_enwiki8`) and several benchmark scripts pin. The content is
 # the check (an error); a zip of another SHA-256 with the right content only warns (a re-zip).
-ENWIK8 = Enwik8Source()
+ENWIK8 = Source("enwik8", "http://mattmahoney.net/dc/enwik8.zip", "enwik8.zip", zip_bytes=36_445_475,
+                zip_sha256="547994d9980ebed1288380d652999f38a14fe291a6247c157c3d33d4932534bc",
+                text_bytes=100_000_000, text_md5="a1fa5ffddb56f4953e226637dabbb36a",
+                members=("enwik8",))  # the zip's one file, the name prep_enwik8.py reads
+
+
+def Enwik8Source(**fields) -> Source:
+    """ENWIK8 with ``fields`` changed: a small fake's url, sizes and checksums in tests (it was
+    ENWIK8's class before one corpora.Source described every corpus's zip)."""
+    return replace(ENWIK8, **fields)
 
 
 # ---------------------------------------------------------------------------- bytes <-> ids
@@ -167,45 +159,6 @@ def _encode_split(part: np.ndarray, table: np.ndarray, block: int = 1 << 22) -> 
 # ---------------------------------------------------------------------------- files
 
 
-def _fix_hint(d: Path, src: Enwik8Source, placed: Path | None = None) -> str:
-    """How to get a good enwik8; ``placed`` is a bad local file, read again on every call until it goes."""
-    first = f"delete or replace {placed}, then " if placed is not None else ""
-    return (f"Fix: {first}download {src.url} by hand and put enwik8.zip (or the unzipped enwik8) in {d}/ , "
-            "or set TXL_DATA_DIR to where it is; offline, a character corpus ships with the package: "
-            "load_corpus('text8-mini').")
-
-
-def _check_text(text: bytes, src: Enwik8Source, d: Path, what: str, placed: Path | None = None) -> None:
-    """CorpusError unless ``text`` has enwik8's size and MD5."""
-    md5 = hashlib.md5(text).hexdigest()
-    if len(text) != src.text_bytes or md5 != src.text_md5:
-        raise CorpusError(f"{what} does not hold enwik8: expected {src.text_bytes:,} bytes with MD5 {src.text_md5}, "
-                          f"got {len(text):,} bytes with MD5 {md5}. " + _fix_hint(d, src, placed))
-
-
-def _unzip_and_check(zpath: Path, src: Enwik8Source, d: Path, what: str, placed: Path | None = None) -> bytes:
-    """enwik8's bytes from the zip, once they check out; a zip of another SHA-256 only warns."""
-    try:
-        with zipfile.ZipFile(zpath) as zf:
-            text = zf.read(src.member)
-    except (zipfile.BadZipFile, KeyError, EOFError, OSError, zlib.error, NotImplementedError, RuntimeError) as e:
-        with open(zpath, "rb") as f:
-            html = f.read(512).lstrip()[:1] == b"<"
-        looks = " It looks like an HTML page (an error or login page?), not a zip." if html else ""
-        raise CorpusError(f"{what} is not a valid enwik8.zip (truncated or corrupted?): {e}.{looks} "
-                          + _fix_hint(d, src, placed)) from None
-    _check_text(text, src, d, what, placed)
-    sha = hashlib.sha256(zpath.read_bytes()).hexdigest()
-    if sha != src.zip_sha256:  # the content is right: a re-zipped enwik8 is fine
-        warnings.warn(f"{what}: the zip's SHA-256 is {sha}, not {src.zip_sha256}, but the unzipped enwik8 "
-                      "checks out (size and MD5)", stacklevel=3)
-    return text
-
-
-def _cache_files(d: Path) -> tuple[list[Path], Path]:
-    return [d / f"enwik8.{s}.npy" for s in SPLITS], d / "enwik8.vocab.json"
-
-
 def _ids_md5(arrays: Sequence[np.ndarray]) -> str:
     h = hashlib.md5()
     for arr in arrays:
@@ -213,67 +166,40 @@ def _ids_md5(arrays: Sequence[np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def _read_cache(d: Path, src: Enwik8Source) -> tuple[list[np.ndarray], tuple[str, ...], str | None]:
-    """(the memory-mapped splits, symbols, None), or ([], (), what is wrong with the cache)."""
-    cache, meta_file = _cache_files(d)
+def _read_cache(files: list[Path], src: Source) -> tuple[Corpus | None, str | None]:
+    """(enwik8 from its cache, memory-mapped; None), or (None, what is wrong with the cache)."""
     try:
-        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        meta = json.loads(files[3].read_text(encoding="utf-8"))
         symbols, lengths, ids_md5 = tuple(meta["symbols"]), meta["lengths"], meta["ids_md5"]
         _byte_values(symbols)
+        if len(lengths) != len(SPLITS):
+            raise ValueError(f"{len(lengths)} lengths, not {len(SPLITS)}")
     except (OSError, ValueError, KeyError, TypeError) as e:
-        return [], (), f"{meta_file} is damaged ({e or type(e).__name__})"
+        return None, f"{files[3]} is damaged ({e or type(e).__name__})"
     if meta.get("source_md5") != src.text_md5:
-        return [], (), f"{meta_file} was built from another file than enwik8 (MD5 {src.text_md5})"
-    arrays = []
-    for path, n in zip(cache, lengths):
-        try:
-            arr = np.load(path, mmap_mode="r")  # no RAM copy
-        except (ValueError, OSError, EOFError) as e:
-            return [], (), f"{path} is truncated or corrupt ({e or type(e).__name__})"
-        if arr.dtype != np.uint8 or arr.shape != (n,):
-            return [], (), f"{path} holds {arr.shape} {arr.dtype}, not the {n:,} uint8 ids of its split"
-        arrays.append(arr)
-    if len(arrays) != 3 or _ids_md5(arrays) != ids_md5:  # the right shapes, other ids (an edit)
-        return [], (), f"{', '.join(p.name for p in cache)} do not hold the ids {meta_file.name} describes"
-    return arrays, symbols, None
+        return None, f"{files[3]} was built from another file than enwik8 (MD5 {src.text_md5})"
+    arrays, problem = read_splits(files[:3], np.uint8, lengths)
+    if problem is None and _ids_md5(arrays) != ids_md5:  # the right shapes, other ids (an edit)
+        problem = f"{', '.join(p.name for p in files[:3])} do not hold the ids {files[3].name} describes"
+    return (None, problem) if problem else (Corpus(src.name, *arrays, vocab=symbols, unit=UNIT), None)
 
 
-def load_enwik8(data_dir: str | Path | None = None, download: bool = True, *, source: Enwik8Source | None = None,
+def load_enwik8(data_dir: str | Path | None = None, download: bool = True, *, source: Source | None = None,
                 opener: Callable | None = None, timeout: float = 5.0, progress: bool = True) -> Corpus:
     """enwik8 as the authors read it (see the module docstring): a ``Corpus`` of uint8 ids over
     byte symbols ("32" = space), ``unit="byte"``. From the .npy cache in ``text8_dir(data_dir)``
     (text8's folder, or $TXL_DATA_DIR); else from enwik8 or enwik8.zip placed there; else
     downloaded (checked before it is renamed into place). A damaged cache is rebuilt, with a warning.
     ``source``: another file's URL and checks (tests; None: ENWIK8, looked up at the call)."""
-    source, d = source or ENWIK8, text8_dir(data_dir)
-    cache, meta_file = _cache_files(d)
-    if all(p.exists() for p in cache) and meta_file.exists():
-        arrays, symbols, problem = _read_cache(d, source)
-        if problem is None:
-            return Corpus("enwik8", *arrays, vocab=symbols, unit=UNIT)
-        warnings.warn(f"{problem}; rebuilding the enwik8 cache in {d} from enwik8 or enwik8.zip (or a download)",
-                      stacklevel=2)
-
-    remove_leftovers(d, "enwik8*.part")  # what a killed download or cache write left behind
-    text_path, zpath = d / "enwik8", d / "enwik8.zip"
-    if text_path.exists():  # placed by hand, already unzipped
-        text = text_path.read_bytes()
-        _check_text(text, source, d, str(text_path), placed=text_path)
-    elif zpath.exists():  # placed by hand or downloaded earlier
-        text = _unzip_and_check(zpath, source, d, str(zpath), placed=zpath)
-    elif download:
-        text = _download(source.url, zpath, opener or urllib.request.urlopen, timeout, progress, source.zip_bytes,
-                         _fix_hint(d, source),
-                         lambda tmp: _unzip_and_check(tmp, source, d, f"the file downloaded from {source.url}"))
-    else:
-        raise CorpusError(f"enwik8 not found in {d}/ and download=False. " + _fix_hint(d, source))
-
-    splits, symbols = prepare(text)
-    del text  # the ids alone from here on
-    meta = dict(source_md5=source.text_md5, symbols=list(symbols), lengths=[len(s) for s in splits],
-                ids_md5=_ids_md5(splits))
-    files = {**{path: lambda f, a=arr: np.save(f, a) for path, arr in zip(cache, splits)},
-             meta_file: lambda f: f.write(json.dumps(meta).encode("utf-8"))}  # last: marks the cache complete
-    if not _write_cache(files, d, "enwik8"):
-        return Corpus("enwik8", *splits, vocab=symbols, unit=UNIT)
-    return Corpus("enwik8", *[np.load(p, mmap_mode="r") for p in cache], vocab=symbols, unit=UNIT)
+    source = source or ENWIK8
+    files = cache_files(corpus_dir(data_dir), source.name, ".vocab.json")
+    corpus = from_cache(files, source, _read_cache)
+    if corpus is None:
+        text, = fetch(source, files[0].parent, download, opener=opener, timeout=timeout, progress=progress)
+        splits, symbols = prepare(text)
+        del text  # the ids alone from here on
+        meta = dict(source_md5=source.text_md5, symbols=list(symbols), lengths=[len(s) for s in splits],
+                    ids_md5=_ids_md5(splits))
+        corpus = write_cache(Corpus(source.name, *splits, vocab=symbols, unit=UNIT), files,
+                             json.dumps(meta).encode("utf-8"))  # the record, written last
+    return corpus

@@ -1,8 +1,9 @@
-"""Text <-> ids over any vocabulary a corpus or a checkpoint names: characters (a string, or a
-tuple of one-character strings: the symbol of id i is ``symbols[i]``) or words (a tuple of
-words, read as the authors' Vocab reads them). text8's 27 characters keep text8.py's own
-``encode``/``decode``; this is for every other vocabulary (a text file's, load_corpus("my.txt")).
+"""Text <-> ids over a vocabulary: text8's 27 characters (VOCAB, ``encode``/``decode``: the default
+of a Corpus and of a model, TXLConfig's vocab_size 27), and any other a corpus or a checkpoint names:
+characters (a string, or a tuple of one-character strings: the symbol of id i is ``symbols[i]``) or
+words (a tuple of words, read as the authors' Vocab reads them), a text file's (load_corpus("my.txt")).
 
+    encode(" the king")                                # text8's: uint8 ids, space = 0, a = 1, ..., z = 26
     ids = encode_symbols("Привет", "\\ufffdПривет ")    # uint8 ids [1, 2, 3, 4, 5, 6]
     decode_symbols(ids, "\\ufffdПривет ")              # "Привет"
 
@@ -18,6 +19,81 @@ import numpy as np
 import torch
 
 from txl_minimal.words import Vocab
+
+VOCAB = " abcdefghijklmnopqrstuvwxyz"  # id 0 = space, 1 = a, ..., 26 = z
+"""text8's 27 characters in the order of their ids: space (id 0), then a to z (ids 1 to 26).
+
+Examples:
+    >>> VOCAB[0], VOCAB[1], VOCAB[26]
+    (' ', 'a', 'z')
+    >>> VOCAB.index("t")
+    20
+"""
+VOCAB_SIZE = len(VOCAB)
+"""27, the number of text8's characters: a text8 model's ``vocab_size`` (TXLConfig's default).
+
+Examples:
+    >>> VOCAB_SIZE, TXLConfig().vocab_size
+    (27, 27)
+"""
+# byte value -> token id; 255 marks a byte outside the vocabulary
+_BYTE_TO_ID = np.full(256, 255, dtype=np.uint8)
+_BYTE_TO_ID[np.frombuffer(VOCAB.encode(), dtype=np.uint8)] = np.arange(VOCAB_SIZE)
+_ID_TO_BYTE = np.frombuffer(VOCAB.encode(), dtype=np.uint8)
+
+
+def encode(text: str | bytes) -> np.ndarray:
+    """Map text over text8's 27 characters (VOCAB) to their ids; any other character is a ValueError.
+
+    ``text``: a str, or bytes of those characters. For a corpus of another vocabulary (your own text,
+    words, enwik8) use its own ``corpus.encode``; a model's: ``generate_text``.
+
+    Returns:
+        A uint8 NumPy array, one id per character.
+
+    Examples:
+        >>> encode("the king")
+        array([20,  8,  5,  0, 11,  9, 14,  7], dtype=uint8)
+        >>> encode("The")
+        Traceback (most recent call last):
+        ValueError: encode: character 'T' at position 0 is not in VOCAB ' abcdefghijklmnopqrstuvwxyz'
+    """
+    raw = text.encode("latin-1", "replace") if isinstance(text, str) else text
+    ids = _BYTE_TO_ID[np.frombuffer(raw, dtype=np.uint8)]
+    bad = np.flatnonzero(ids == 255)
+    if bad.size:
+        i = int(bad[0])
+        ch = text[i] if isinstance(text, str) else chr(raw[i])
+        raise ValueError(f"encode: character {ch!r} at position {i} is not in VOCAB {VOCAB!r}")
+    return ids
+
+
+def decode(ids) -> str:
+    """Map text8 character ids back to text: the inverse of ``encode``.
+
+    ``ids``: a list, a NumPy array or a tensor (any device, any shape: read in order), each in [0, 27).
+
+    Returns:
+        The text, a str; an id outside [0, 27) is a ValueError.
+
+    Examples:
+        >>> decode([20, 8, 5])
+        'the'
+        >>> decode(as_ids(encode("the king")))
+        'the king'
+        >>> decode([27])
+        Traceback (most recent call last):
+        ValueError: decode: ids must lie in [0, 27), got 27..27
+    """
+    if isinstance(ids, torch.Tensor):
+        ids = ids.detach().cpu().numpy()
+    ids = np.asarray(ids, dtype=np.int64).ravel()
+    if ids.size and (ids.min() < 0 or ids.max() >= VOCAB_SIZE):
+        raise ValueError(f"decode: ids must lie in [0, {VOCAB_SIZE}), got {ids.min()}..{ids.max()}")
+    return _ID_TO_BYTE[ids].tobytes().decode("ascii")
+
+
+# ---------------------------------------------------------------------------- any other vocabulary
 
 UNKNOWN_CHAR = "\ufffd"  # id 0 of a text file's characters: one seen only in valid/test (or outside the vocabulary)
 MAX_CODE_POINT = 0x10FFFF

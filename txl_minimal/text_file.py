@@ -45,8 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
+from txl_minimal.corpora import Corpus, CorpusError, cache_files, read_splits, split_sizes, text8_dir, write_cache
 from txl_minimal.symbols import UNKNOWN_CHAR, char_table, code_points, narrowest_dtype
-from txl_minimal.text8 import Corpus, CorpusError, _write_cache, text8_dir
 from txl_minimal.words import Vocab
 
 UNITS = ("character", "word")
@@ -81,12 +81,6 @@ def check_settings(unit: str | None = None, split: Sequence[float] | None = None
     return unit, parts, None if max_vocab is None else int(max_vocab)
 
 
-def split_sizes(n: int, split: Sequence[float]) -> tuple[int, int, int]:
-    """(train, valid, test) sizes of ``n`` symbols: valid round(n * split[1]), test round(n * split[2])."""
-    valid, test = round(n * split[1]), round(n * split[2])
-    return n - valid - test, valid, test
-
-
 def load_text_file(path: str | os.PathLike, unit: str | None = None, split: Sequence[float] | None = None,
                    max_vocab: int | None = None, data_dir: str | Path | None = None, *,
                    chunk_bytes: int = CHUNK_BYTES, cache: bool = True) -> Corpus:
@@ -113,14 +107,11 @@ def load_text_file(path: str | os.PathLike, unit: str | None = None, split: Sequ
     symbols, ids = reader(path, split, max_vocab, chunk_bytes)
     sizes = split_sizes(len(ids), split)
     splits = (ids[:sizes[0]], ids[sizes[0]:sizes[0] + sizes[1]], ids[sizes[0] + sizes[1]:])
-    vocab = "".join(symbols) if unit == "character" else tuple(symbols)
-    if cache:
-        record = json.dumps(dict(key=key, symbols=list(symbols)), ensure_ascii=False).encode("utf-8")
-        writers = {**{p: lambda f, a=a: np.save(f, a) for p, a in zip(files[:3], splits)},
-                   files[3]: lambda f: f.write(record)}  # last: marks the cache complete
-        if _write_cache(writers, files[3].parent, path.name):
-            return _read_cache(files, key) or Corpus(str(path), *splits, vocab=vocab, unit=unit)
-    return Corpus(str(path), *splits, vocab=vocab, unit=unit)
+    corpus = Corpus(str(path), *splits, vocab="".join(symbols) if unit == "character" else tuple(symbols), unit=unit)
+    if not cache:
+        return corpus
+    record = json.dumps(dict(key=key, symbols=list(symbols)), ensure_ascii=False).encode("utf-8")
+    return write_cache(corpus, files, record)  # the record last: it marks the cache complete
 
 
 # ----------------------------------------------------------------------------- reading the file
@@ -287,8 +278,7 @@ def _cache_files(d: Path, key: dict) -> list[Path]:
     (not its size or time: an edited file's cache is replaced, not kept beside the new one)."""
     settings = {k: key[k] for k in ("path", "unit", "split", "max_vocab")}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
-    stem = re.sub(r"[^\w.-]", "_", Path(key["path"]).stem)[:40] + f"-{digest}"
-    return [d / f"{stem}.{part}.npy" for part in ("train", "valid", "test")] + [d / f"{stem}.vocab.json"]
+    return cache_files(d, re.sub(r"[^\w.-]", "_", Path(key["path"]).stem)[:40] + f"-{digest}", ".vocab.json")
 
 
 def _read_cache(files: list[Path], key: dict) -> Corpus | None:
@@ -301,14 +291,15 @@ def _read_cache(files: list[Path], key: dict) -> Corpus | None:
         if record.get("key") != key:  # the file changed (or an older format): read it again, silently
             return None
         symbols = record["symbols"]
-        arrays = [np.load(p, mmap_mode="r") for p in files[:3]]
-        dtype, n = narrowest_dtype(len(symbols)), sum(len(a) for a in arrays)
-        sizes = tuple(map(len, arrays))
-        if any(a.dtype != dtype or a.ndim != 1 for a in arrays) or sizes != split_sizes(n, key["split"]):
-            raise ValueError("its arrays do not have the sizes and type of its splits")
-    except (ValueError, OSError, EOFError, KeyError, TypeError) as e:
-        warnings.warn(f"the cache of {key['path']} in {files[0].parent} is damaged ({e}); reading the file again",
-                      stacklevel=3)
+        arrays, problem = read_splits(files[:3], narrowest_dtype(len(symbols)))
+    except (ValueError, OSError, KeyError, TypeError) as e:
+        arrays, problem = [], str(e)
+    sizes = tuple(map(len, arrays))
+    if problem is None and sizes != split_sizes(sum(sizes), key["split"]):
+        problem = f"its splits' sizes {sizes} are not those of split={tuple(key['split'])}"
+    if problem is not None:
+        warnings.warn(f"the cache of {key['path']} in {files[0].parent} is damaged ({problem}); reading the file "
+                      "again", stacklevel=3)
         return None
     vocab = "".join(symbols) if key["unit"] == "character" else tuple(symbols)
     return Corpus(key["path"], *arrays, vocab=vocab, unit=key["unit"])

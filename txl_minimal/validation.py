@@ -3,7 +3,7 @@
 ``model.py`` calls these when it runs inside the package; copied alone, it runs the
 same model without them. Each raises ``ValueError`` naming the problem and the fix
 before torch fails deep inside (or, worse, computes something from a wrong input).
-Like the model, this needs torch only: text is encoded in ``text8.py``.
+Like the model, this needs torch only: text is encoded in ``symbols.py``.
 """
 from __future__ import annotations
 

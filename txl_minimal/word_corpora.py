@@ -7,24 +7,20 @@ text8-mini split into words (offline), each read into the authors' Vocab (words.
 
 A word corpus has ``unit == "word"``: its ids index ``corpus.vocab`` (a tuple of symbols, by
 falling count), and it is scored in perplexity rather than bits per character. WikiText
-lives in text8's folder and is fetched and cached by text8.py's _download and _write_cache.
+lives in text8's folder, fetched, checked and cached by corpora.py as text8 and enwik8 are.
 """
 
 from __future__ import annotations
 
-import hashlib
-import urllib.request
-import warnings
-import zipfile
-from dataclasses import dataclass
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
-from txl_minimal.text8 import (MINI_PATH, Corpus, CorpusError, _download, _write_cache, corpus_dir, decode,
-                               load_text8_mini)
-from txl_minimal.utils import remove_leftovers
+from txl_minimal.corpora import (SPLITS, Corpus, Source, cache_files, corpus_dir, fetch, from_cache, read_splits,
+                                 write_cache)
+from txl_minimal.symbols import decode
+from txl_minimal.text8 import MINI_PATH, load_text8_mini
 from txl_minimal.words import Vocab, coverage
 
 MINI_WORDS_MAX_SIZE = 10_000  # text8-mini-words keeps its 10,000 most frequent train words (+ <unk>)
@@ -44,17 +40,14 @@ def load_text8_mini_words(max_size: int = MINI_WORDS_MAX_SIZE, path: str | Path 
                   vocab=tuple(vocab.idx2sym), unit="word")
 
 
-@dataclass(frozen=True)
-class WikiTextSource:
-    """One WikiText archive (Merity et al., 2016; the authors' getdata.sh fetches the same zips)."""
-
-    name: str  # the corpus name in load_corpus: "wt103" or "wt2"
-    url: str
-    zip_name: str
-    folder: str  # the archive's folder, holding wiki.{train,valid,test}.tokens
-    zip_bytes: int  # the progress bar's total when the server sends no Content-Length
-    zip_md5: str
-    zip_sha256: str
+def WikiTextSource(name: str, url: str, zip_name: str, folder: str, zip_bytes: int, zip_md5: str,
+                   zip_sha256: str) -> Source:
+    """One WikiText archive (Merity et al., 2016; the authors' getdata.sh fetches the same zips) as a
+    Source: ``name`` the corpus's in load_corpus ("wt103", "wt2"), ``folder`` the archive's, holding
+    wiki.{train,valid,test}.tokens; the zip's MD5 is its check (see WIKITEXT)."""
+    return Source(name, url, zip_name, zip_bytes, zip_sha256, zip_md5=zip_md5,
+                  members=tuple(f"{folder}/wiki.{split}.tokens" for split in SPLITS),
+                  offline="use the offline word corpus: load_corpus('text8-mini-words')")
 
 
 # The original s3.amazonaws.com/research.metamind.io/wikitext/ URLs answer 403 since 2023; the
@@ -74,56 +67,17 @@ WIKITEXT = {
                           "542ccefacc6c27f945fb54453812b3cd",
                           "92675f1d63015c1c8b51f1656a52d5bdbc33aafa60cc47a218a66e7ee817488c"),
 }
-SPLITS = ("train", "valid", "test")
 
 
-def _wikitext_hint(d: Path, src: WikiTextSource, placed: Path | None = None) -> str:
-    first = f"delete or replace {placed}, then " if placed is not None else ""
-    return (f"Fix: {first}download {src.url} by hand and put {src.zip_name} in {d}/ , set "
-            f"TXL_DATA_DIR to where it is, or use the offline word corpus: load_corpus('text8-mini-words').")
-
-
-def _check_wikitext_zip(path: Path, src: WikiTextSource, d: Path, what: str,
-                        placed: Path | None = None) -> list[list[str]]:
-    """The lines of wiki.{train,valid,test}.tokens, once the archive's MD5 checks out."""
-    raw = path.read_bytes()
-    md5 = hashlib.md5(raw).hexdigest()
-    if md5 != src.zip_md5:
-        looks = (" It looks like an HTML page (an error or login page?), not a zip."
-                 if raw.lstrip()[:1] == b"<" else "")
-        raise CorpusError(f"{what} is not {src.zip_name}: expected MD5 {src.zip_md5}, got {md5} "
-                          f"({len(raw):,} bytes; truncated or another file?).{looks} "
-                          + _wikitext_hint(d, src, placed))
-    sha = hashlib.sha256(raw).hexdigest()
-    if sha != src.zip_sha256:
-        warnings.warn(f"{src.zip_name}: the MD5 matches but the SHA-256 is {sha}, not {src.zip_sha256}",
-                      stacklevel=2)
-    try:
-        with zipfile.ZipFile(path) as zf:
-            return [zf.read(f"{src.folder}/wiki.{split}.tokens").decode("utf-8").splitlines()
-                    for split in SPLITS]
-    except (zipfile.BadZipFile, KeyError, EOFError, OSError, UnicodeDecodeError) as e:
-        raise CorpusError(f"{what} has the right MD5 but cannot be read ({e}). "
-                          + _wikitext_hint(d, src, placed)) from e
-
-
-def _read_word_cache(cache: list[Path], vocab_file: Path) -> tuple[list[np.ndarray], tuple[str, ...], str | None]:
-    """(splits, symbols, None) from the .npy cache, or ([], (), what is wrong with it)."""
-    symbols = tuple(vocab_file.read_text(encoding="utf-8").split("\n"))
-    arrays = []
-    for path in cache:
-        try:
-            arr = np.load(path, mmap_mode="r")
-        except (ValueError, OSError, EOFError) as e:
-            return [], (), f"{path} is truncated or corrupt ({e or type(e).__name__})"
-        if arr.dtype != np.int32 or arr.ndim != 1:
-            return [], (), f"{path} holds {arr.shape} {arr.dtype}, not int32 word ids"
-        arrays.append(arr)
-    return arrays, symbols, None
+def _read_cache(files: list[Path], src: Source) -> tuple[Corpus | None, str | None]:
+    """(the WikiText corpus from its cache, memory-mapped; None), or (None, what is wrong with it)."""
+    symbols = tuple(files[3].read_text(encoding="utf-8").split("\n"))
+    arrays, problem = read_splits(files[:3], np.int32)
+    return (None, problem) if problem else (Corpus(src.name, *arrays, vocab=symbols, unit="word"), None)
 
 
 def load_wikitext(name: str = "wt103", data_dir: str | Path | None = None, download: bool = True, *,
-                  source: WikiTextSource | None = None, opener: Callable | None = None,
+                  source: Source | None = None, opener: Callable | None = None,
                   timeout: float = 5.0, progress: bool = True) -> Corpus:
     """WikiText-103 (``"wt103"``) or WikiText-2 (``"wt2"``), word level, as the authors read it:
     the vocabulary is ``<eos>`` then every word of train by falling count (``Vocab(special=
@@ -134,38 +88,18 @@ def load_wikitext(name: str = "wt103", data_dir: str | Path | None = None, downl
     if name not in WIKITEXT and source is None:
         raise ValueError(f"unknown WikiText {name!r}; use one of {sorted(WIKITEXT)}")
     src = source or WIKITEXT[name]
-    d = corpus_dir(data_dir)
-    cache = [d / f"{src.name}.{split}.npy" for split in SPLITS]
-    vocab_file = d / f"{src.name}.vocab.txt"
-    if all(p.exists() for p in cache) and vocab_file.exists():
-        arrays, symbols, problem = _read_word_cache(cache, vocab_file)
-        if problem is None:
-            return Corpus(src.name, *arrays, vocab=symbols, unit="word")
-        warnings.warn(f"{problem}; rebuilding the {src.name} cache in {d} from {src.zip_name} "
-                      "(or a download)", stacklevel=2)
-
-    remove_leftovers(d, f"{src.zip_name}*.part")
-    remove_leftovers(d, f"{src.name}.*.part")
-    zpath = d / src.zip_name
-    if zpath.exists():  # placed by hand or downloaded earlier
-        lines = _check_wikitext_zip(zpath, src, d, str(zpath), placed=zpath)
-    elif download:
-        lines = _download(src.url, zpath, opener or urllib.request.urlopen, timeout, progress, src.zip_bytes,
-                          _wikitext_hint(d, src),
-                          lambda tmp: _check_wikitext_zip(tmp, src, d, f"the file downloaded from {src.url}"))
-    else:
-        raise CorpusError(f"{src.zip_name} not found in {d}/ and download=False. " + _wikitext_hint(d, src))
-
-    vocab = Vocab(special=["<eos>"], add_eos=True)
-    vocab.count_lines(lines[0])
-    vocab.build_vocab()
-    splits = [vocab.encode_lines(split_lines) for split_lines in lines]
-    files = {**{path: lambda f, a=ids: np.save(f, a) for path, ids in zip(cache, splits)},
-             vocab_file: lambda f: f.write("\n".join(vocab.idx2sym).encode("utf-8"))}  # last: marks it complete
-    if not _write_cache(files, d, src.name):
-        return Corpus(src.name, *splits, vocab=tuple(vocab.idx2sym), unit="word")
-    arrays, symbols, _ = _read_word_cache(cache, vocab_file)
-    return Corpus(src.name, *arrays, vocab=symbols, unit="word")
+    files = cache_files(corpus_dir(data_dir), src.name, ".vocab.txt")
+    corpus = from_cache(files, src, _read_cache)
+    if corpus is None:
+        raw = fetch(src, files[0].parent, download, opener=opener, timeout=timeout, progress=progress)
+        lines = [split.decode("utf-8").splitlines() for split in raw]  # (the zip's MD5 is checked: UTF-8)
+        vocab = Vocab(special=["<eos>"], add_eos=True)
+        vocab.count_lines(lines[0])
+        vocab.build_vocab()
+        corpus = write_cache(Corpus(src.name, *[vocab.encode_lines(split) for split in lines],
+                                    vocab=tuple(vocab.idx2sym), unit="word"),
+                             files, "\n".join(vocab.idx2sym).encode("utf-8"))  # the record, written last
+    return corpus
 
 
 def word_stats(corpus: Corpus) -> dict:
