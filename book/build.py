@@ -232,9 +232,11 @@ def package_map(root: Path = ROOT) -> str:
              "the notebooks' helpers, which import the library and which the library never imports. "
              "The *Layout* page places these files among the repository's other folders.",
              ""]
-    for title, folder in (("The library", root / "txl_minimal"),
-                          ("The notebooks' helpers", root / "txl_minimal" / "tutorial")):
-        lines += [f"## {title}", "", "| module | what it holds |", "|---|---|"]
+    titles = {"txl_minimal": "The library", "txl_minimal/tutorial": "The notebooks' helpers",
+              "txl_minimal/tutorial/exercises": "The exercises' checkers"}
+    for folder in sorted(p.parent for p in (root / "txl_minimal").rglob("__init__.py")):  # every package
+        name = folder.relative_to(root).as_posix()
+        lines += [f"## {titles.get(name, f'`{name}/`')}", "", "| module | what it holds |", "|---|---|"]
         for path in sorted(folder.glob("*.py")):
             rel = path.relative_to(root).as_posix()
             summary = module_summary(path).replace("|", "\\|")

@@ -148,7 +148,7 @@ def course_names(text: str) -> set[str]:
             else:
                 found.add(f"txl_minimal.TransformerXL.{name.split('.', 1)[1]}" if name.startswith("model.") else
                           "txl_minimal.TransformerXL" if name == "model" else
-                          f"txl_minimal.{name}" if hasattr(txl_minimal, name) else f"{module}.{name}")
+                          f"txl_minimal.{name}" if name in txl_minimal.__all__ else f"{module}.{name}")
     return found - {"txl_minimal"}  # the package itself: the page
 
 

@@ -102,6 +102,14 @@ def test_the_api_page_indexes_every_public_name_and_gives_each_its_entry():
     assert out == "[API](../api.md)"
 
 
+def test_the_package_map_lists_every_module_of_every_package():
+    """A subpackage's modules (tutorial/exercises/: one module of checkers per notebook) are on the map too."""
+    page = build.package_map()
+    for path in sorted((ROOT / "txl_minimal").rglob("*.py")):
+        assert f"| [`{path.relative_to(ROOT).as_posix()}`](" in page, path
+    assert "## The exercises' checkers" in page
+
+
 PACKAGE = {  # a package that cannot be imported here (no such torch), read from its source
     "__init__.py": "import torch\nfrom .a import f as g, K\n_LAZY = {'C': 'b'}\n__all__ = ['g', 'K'] + list(_LAZY)\n",
     "a.py": 'from txl_minimal.b import K\n\n\ndef f(x: "Optional[np.ndarray]", *, n: int = 2) -> str:\n'

@@ -1,4 +1,4 @@
-"""Worked answers to the notebooks' exercises, one function per exercise (``exercises.py``
+"""Worked answers to the notebooks' exercises, one function per exercise (``exercises``
 checks them; ``tests/test_exercises.py`` runs every one through its checker).
 
 Try the exercise before reading its answer: each is a few lines.
