@@ -678,3 +678,14 @@ def test_the_attention_layer_checker_gives_the_weights_not_the_layers_forward(ca
     att, h, mem, pos, mask, u, v = seen[0]
     assert not hasattr(att, "forward") and mem.shape == (2, 0, 16) and pos.shape == (5, 16)  # no memory: empty
     assert mask.dtype == torch.bool and u.shape == v.shape == (2, 8)
+
+
+@pytest.mark.parametrize("settings", [[], [(4, 3)], [4], "qlen=4", [(4, 3, 3, True), (1, 2)]], ids=str)
+def test_settings_of_the_wrong_form_are_refused_naming_the_form(settings):
+    """A course's typo in its cases is its own error, said before any case runs (a student's answer is no part)."""
+    with pytest.raises(ValueError, match=r"check_mask: settings must be a non-empty list of settings like its "
+                                         r"default's, e.g. settings=\[\(4, 0, 4, False\)\]"):
+        exercises.check_mask(solutions.mask, settings=settings)
+    assert exercises.check_param_count(solutions.param_count, settings=[{"n_layer": 1}]) is True  # dicts there
+    with pytest.raises(ValueError, match="check_paired_gain: settings must be"):
+        exercises.check_paired_gain(solutions.paired_gain, settings=[(50,)])

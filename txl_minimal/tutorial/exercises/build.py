@@ -294,7 +294,7 @@ def check_attention_layer(answer: Optional[Callable], *, settings: Sequence[tupl
     which ``same_length`` reads; default M = mlen). A wrong output that one slip explains is named:
     a missing term (a), (b), (c) or (d), u and v swapped, no shift, reversed or unclamped distances,
     the mask, the softmax's scaling or axis, W_o, the residual, the LayerNorm, the memory. ``seed``:
-    which weights and inputs (0: these docs'); ``tol``, ``raises``: as in ``grading``.
+    which weights and inputs (0: the default cases); ``tol``, ``raises``: as in ``grading``.
 
     Returns:
         True (right), False (wrong: the first setting that differs and the slip that explains it) or None (not

@@ -10,10 +10,11 @@ the caller's torch, NumPy and Python generators are as they were when it returns
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import random
 from typing import Optional
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -85,11 +86,34 @@ def seed_cpu(seed: int) -> None:
     torch.random.default_generator.manual_seed(seed)
 
 
+def _same_kind(setting, example) -> bool:
+    """Whether a chosen setting has the form of a default one: a tuple of as many entries, a dict, a number."""
+    if isinstance(example, tuple):
+        return isinstance(setting, (tuple, list)) and len(setting) == len(example)
+    if isinstance(example, dict):
+        return isinstance(setting, dict)
+    return isinstance(setting, (int, float)) and not isinstance(setting, bool)
+
+
+def check_settings(name: str, settings, default: Sequence) -> None:
+    """A ValueError naming the checker and the form it wants, for ``settings`` that are not a non-empty
+    sequence of settings of the default's form (a course's typo, not a student's answer)."""
+    if isinstance(settings, (list, tuple)) and settings and all(_same_kind(s, default[0]) for s in settings):
+        return
+    raise ValueError(f"{name}: settings must be a non-empty list of settings like its default's, e.g. "
+                     f"settings=[{default[0]!r}] (the default: {list(default)!r}); got {settings!r}")
+
+
 def checker(fn: Callable) -> Callable:
     """A checker that leaves the caller's random state as it found it: torch's (CPU), NumPy's and Python's
-    global generators are restored when it returns or raises, whatever its cases or the answer drew."""
+    global generators are restored when it returns or raises, whatever its cases or the answer drew.
+    Chosen ``settings`` are checked against the form of the default ones first."""
+    default = inspect.signature(fn).parameters.get("settings")
+
     @functools.wraps(fn)
     def run(*args, **kwargs):
+        if default is not None and kwargs.get("settings") is not None:
+            check_settings(fn.__name__, kwargs["settings"], default.default)
         numpy_state, python_state = np.random.get_state(), random.getstate()
         try:
             with torch.random.fork_rng(devices=[]):
