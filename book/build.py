@@ -232,9 +232,11 @@ def package_map(root: Path = ROOT) -> str:
              "the notebooks' helpers, which import the library and which the library never imports. "
              "The *Layout* page places these files among the repository's other folders.",
              ""]
-    for title, folder in (("The library", root / "txl_minimal"),
-                          ("The notebooks' helpers", root / "txl_minimal" / "tutorial")):
-        lines += [f"## {title}", "", "| module | what it holds |", "|---|---|"]
+    titles = {"txl_minimal": "The library", "txl_minimal/tutorial": "The notebooks' helpers",
+              "txl_minimal/tutorial/exercises": "The exercises' checkers"}
+    for folder in sorted(p.parent for p in (root / "txl_minimal").rglob("__init__.py")):  # every package
+        name = folder.relative_to(root).as_posix()
+        lines += [f"## {titles.get(name, f'`{name}/`')}", "", "| module | what it holds |", "|---|---|"]
         for path in sorted(folder.glob("*.py")):
             rel = path.relative_to(root).as_posix()
             summary = module_summary(path).replace("|", "\\|")
@@ -256,6 +258,16 @@ ONE_LINE = 96  # characters: a longer signature is shown one parameter a line
 # Functions a course imports from their modules: the package's own names ``train`` and ``evaluate`` are
 # those modules (the command lines, ``python -m txl_minimal.train``). Documented, and tested, as the others.
 FROM_MODULES = (("txl_minimal.train", "train"), ("txl_minimal.evaluate", "evaluate"))
+# Modules a course imports whole (docs/course.md names each): their names are documented, and tested, as the
+# others, under the module's name. None: every name of the module's ``__all__``; a tuple: the names a course
+# uses (the module's docstring lists its others).
+MODULES = (("txl_minimal.reference", None),
+           ("txl_minimal.tutorial.exercises", None),
+           ("txl_minimal.tutorial.solutions", ("mask", "rel_shift", "attention_layer")),
+           ("txl_minimal.tutorial.attention_maps", ("read_with_memory", "SegmentAttention", "attention_by_distance",
+                                                    "mean_attention_distance", "memory_share", "normalized_entropy")),
+           ("txl_minimal.tutorial.ablation", ("Variant", "variants", "model_config", "train_config", "contexts",
+                                              "load_results", "results_table")))
 
 
 @dataclass
@@ -270,15 +282,21 @@ class ApiEntry:
     methods: list[ApiEntry] = field(default_factory=list)
     params: list[str] = field(default_factory=list)  # the parameters' names, in order (a dataclass: its fields)
     imported_from: str = "txl_minimal"  # ``from <this> import <name>``: the package, or a module (FROM_MODULES)
+    group: str = ""  # the module of MODULES it is documented under ("": the package's names, FROM_MODULES)
 
     @property
     def path(self) -> str:
         return self.module.replace(".", "/") + ".py"
 
     @property
+    def title(self) -> str:
+        """Its heading: the name; under a module of MODULES, with the module (``tutorial.exercises.check_mask``)."""
+        return f"{self.group.removeprefix('txl_minimal.')}.{self.name}" if self.group else self.name
+
+    @property
     def anchor(self) -> str:
         """Its heading's anchor, as MyST (and GitHub) make it: lowercase, punctuation but "_" and "-" dropped."""
-        return re.sub(r"[^\w\- ]", "", self.name.lower()).replace(" ", "-")
+        return re.sub(r"[^\w\- ]", "", self.title.lower()).replace(" ", "-")
 
 
 def _module_file(module: str, root: Path = ROOT) -> Path:
@@ -482,15 +500,28 @@ def api_entry(name: str, module: str, source: str, stmt: ast.stmt, tree: ast.Mod
                     _docstring_after(tree, index) if tree is not None else "")
 
 
-def api_entries(root: Path = ROOT, extra: tuple = FROM_MODULES) -> list[ApiEntry]:
+def module_names(module: str, names: tuple | None = None, root: Path = ROOT) -> list[str]:
+    """The names the reference documents of a module of MODULES: ``names``, or (None) its ``__all__``."""
+    if names is not None:
+        return list(names)
+    found = _literals(ast.parse(_module_file(module, root).read_text(encoding="utf-8"))).get("__all__")
+    if not found:
+        raise SystemExit(f"make book: {module} has no __all__ of literals. Fix: write one, or list the names "
+                         "in book/build.py's MODULES")
+    return list(found)
+
+
+def api_entries(root: Path = ROOT, extra: tuple = FROM_MODULES, modules: tuple = MODULES) -> list[ApiEntry]:
     """Every name of ``txl_minimal.__all__``, in its order, then ``extra``'s (module, name) pairs whose name
-    it does not export, as the API reference shows them."""
+    it does not export, then the names of each module of ``modules``, as the API reference shows them."""
     public = public_names(root)
+    wanted = [("txl_minimal", n, "") for n in public] + [(*m, "") for m in extra if m[1] not in public]
+    wanted += [(m, n, m) for m, names in modules for n in module_names(m, names, root)]
     entries = []
-    for where, name in [("txl_minimal", n) for n in public] + [m for m in extra if m[1] not in public]:
+    for where, name, group in wanted:
         module, source, tree, index = find_definition(name, where, root)
         entries.append(api_entry(name, module, source, tree.body[index], tree, index))
-        entries[-1].imported_from = where
+        entries[-1].imported_from, entries[-1].group = where, group
     return entries
 
 
@@ -594,7 +625,7 @@ def _entry_markdown(entry: ApiEntry, level: int = 2) -> list[str]:
     where = f"[`{entry.path}`]({github_url(entry.path)}#L{entry.line})"
     how = f"`from {entry.imported_from} import {entry.name}` · {entry.kind} in {where}" if level == 2 else \
         f"{entry.kind} of `{entry.name.split('.')[0]}`"
-    lines = [f"{'#' * level} {md_text(entry.name)}", "", how, "", f"```python\n{entry.signature}\n```", ""]
+    lines = [f"{'#' * level} {md_text(entry.title)}", "", how, "", f"```python\n{entry.signature}\n```", ""]
     if entry.doc:
         lines += [docstring_markdown(entry.doc), ""]
     if entry.methods:  # under one "Methods" heading: the page's contents list the names, not every method
@@ -615,6 +646,8 @@ def api_page(root: Path = ROOT) -> str:
     """The API reference page: an index of the public names, then each with its signature and docstring."""
     entries = api_entries(root)
     public = [e for e in entries if e.imported_from == "txl_minimal"]
+    from_modules = [e for e in entries[len(public):] if not e.group]
+    groups = {e.group: [g for g in entries if g.group == e.group] for e in entries if e.group}
     lines = ["# API reference", "",
              "Every name `txl_minimal` exports (its `__all__`): its signature, what it returns and an example, "
              "written from its docstring when the book is built. Every example runs as written after "
@@ -624,11 +657,24 @@ def api_page(root: Path = ROOT) -> str:
              "[Use it in your course](docs/course.md) says what to import for which assignment; the "
              "[package map](package_map.md) lists every module, where the names not exported here live.",
              "", *_index(public)]
-    if len(entries) > len(public):
+    if from_modules:
         lines += ["Two functions a course uses are imported from their modules, whose names the package gives to "
                   "the modules themselves (they are also the command lines, `python -m txl_minimal.train`):", "",
-                  *_index(entries[len(public):])]
+                  *_index(from_modules)]
+    if groups:
+        lines += ["Modules a course imports whole: the naive reference the tests trust, the exercises' checkers "
+                  "(in a notebook or a grader), their worked answers and the notebooks' helpers a course page uses. "
+                  "Their entries are headed with the module, and their examples import what they use:", ""]
+    for group, members in groups.items():
+        summary = md_text(module_summary(_module_file(group, root)))
+        lines += [f"**`{group}`**: {summary}", "", *_index(members)]
+    shown = ""
     for e in entries:
+        if e.group != shown and e.group:  # a module's entries under its own heading
+            lines += [f"## {md_text(e.group)}", "", f"`import {e.group}` · "
+                      f"[`{_module_file(e.group, root).relative_to(root).as_posix()}`]"
+                      f"({github_url(_module_file(e.group, root).relative_to(root).as_posix())})", ""]
+        shown = e.group
         lines += _entry_markdown(e)
     return "\n".join(lines)
 

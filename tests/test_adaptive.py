@@ -1,5 +1,5 @@
 """The word-level layers (adaptive.py): adaptive input and the projected adaptive softmax,
-against naive references (reference.py: a token looked up in its cluster's table, each word's
+against naive references (txl_minimal/reference.py: a token looked up in its cluster's table, each word's
 probability by hand), the authors' names and ties, and cutoffs=[] as today's model bit for bit."""
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import txl_minimal
-from reference import authors_word_tensors, naive_embedding, naive_forward, naive_log_probs, segment_visibility
+from txl_minimal.reference import (authors_word_tensors, naive_embedding, naive_forward, naive_log_probs,
+                                   segment_visibility)
 from tiny import TINY
 from txl_minimal.adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax, tie
 from txl_minimal.checkpoint import load_official_state_dict, official_state_dict, weights_sha256
@@ -45,7 +46,7 @@ def every_cluster(B: int = 2, N: int = 12, seed: int = 0) -> torch.Tensor:
 
 @pytest.mark.parametrize("name", SETTINGS)
 def test_model_matches_the_naive_reference(tiny_model, name):
-    """The whole model, two segments with memory, against reference.py computed key by key
+    """The whole model, two segments with memory, against txl_minimal/reference.py computed key by key
     with the embedding looked up and the softmax computed cluster by cluster by hand."""
     model = words_model(tiny_model, name)
     x = every_cluster()

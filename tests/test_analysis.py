@@ -12,7 +12,7 @@ import torch  # noqa: E402
 
 from txl_minimal.model import update_memory, attention_mask, rel_shift  # noqa: E402
 from txl_minimal.tutorial import analysis, plotting  # noqa: E402
-from reference import naive_forward, segment_visibility  # noqa: E402
+from txl_minimal.reference import naive_forward, segment_visibility  # noqa: E402
 
 torch.set_num_threads(1)
 

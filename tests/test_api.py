@@ -1,5 +1,7 @@
 """The API reference (the book's page, book/build.py's ``api_page``): every public name of txl_minimal is
-documented, and every example the page shows runs.
+documented, and every example the page shows runs; so are the names of the modules a course imports whole
+(build.MODULES: the naive reference, the exercises' checkers, the helpers docs/course.md uses), held to the
+same standard, and every ``txl_minimal`` name docs/course.md uses is on the page.
 
 The page is written from the docstrings of ``txl_minimal.__all__`` as build.py reads them from the source
 (with ast: the book needs no torch). These tests take the docstrings from build.py too, so what the page
@@ -12,6 +14,7 @@ the page shows them, one test per name, and fails a public name without a one-li
 """
 from __future__ import annotations
 
+import ast
 import doctest
 import importlib
 import inspect
@@ -87,13 +90,105 @@ def scratch(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_the_reference_documents_every_public_name_in_order_then_train_and_evaluate():
+def test_the_reference_documents_every_public_name_in_order_then_train_and_evaluate_then_the_modules():
     assert [e.name for e in PUBLIC] == list(txl_minimal.__all__) and len(PUBLIC) >= 25
-    extra = [(e.imported_from, e.name) for e in ENTRIES[len(PUBLIC):]]
+    extra = [(e.imported_from, e.name) for e in ENTRIES[len(PUBLIC):] if not e.group]
     assert extra == [m for m in build.FROM_MODULES if m[1] not in txl_minimal.__all__]
+    grouped = [(e.group, e.name) for e in ENTRIES if e.group]
+    assert grouped == [(m, n) for m, names in build.MODULES for n in names or importlib.import_module(m).__all__]
+    assert ENTRIES[len(PUBLIC) + len(extra):] == [e for e in ENTRIES if e.group]  # the modules' names come last
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
+def test_the_checkers_and_the_reference_are_documented_whole():
+    """Every checker (and grading) and every function of txl_minimal.reference is on the page."""
+    from txl_minimal.tutorial import exercises
+    shown = {(e.group, e.name) for e in ENTRIES}
+    checkers = {n for n in dir(exercises) if n.startswith("check_")} | {"grading"}
+    assert {("txl_minimal.tutorial.exercises", n) for n in checkers} <= shown
+    reference = importlib.import_module("txl_minimal.reference")
+    functions = {n for n, f in vars(reference).items() if inspect.isfunction(f) and f.__module__ == reference.__name__
+                 and not n.startswith("_")}
+    assert functions and {("txl_minimal.reference", n) for n in functions} <= shown
+
+
+COURSE = build.ROOT / "docs" / "course.md"
+
+
+def course_names(text: str) -> set[str]:
+    """The ``txl_minimal`` names docs/course.md uses, dotted (``txl_minimal.tutorial.exercises.check_mask``): what
+    its code imports from the package, the names and modules its table's "import" column gives, every dotted
+    ``txl_minimal.…`` it writes (a command, ``python -m txl_minimal.train``, is no name), and what it calls on
+    a module it imported (``exercises.check_rel_shift``).
+    A bare name of the table is the package's; ``model.…`` there is a ``TransformerXL`` method."""
+    found, modules = set(), {}
+    code = "\n".join(m[1] for m in re.finditer(r"^```python\n(.*?)^```$", text, flags=re.S | re.M))
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("txl_minimal"):
+            for alias in node.names:
+                dotted = f"{node.module}.{alias.name}"
+                found.add(dotted)
+                modules[alias.asname or alias.name] = dotted
+    for node in ast.walk(ast.parse(code)):  # solutions.mask, exercises.grading: names of an imported module
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules and \
+                _is_module(modules[node.value.id]):
+            found.add(f"{modules[node.value.id]}.{node.attr}")
+    prose = re.sub(r"^```.*?^```$", "", text, flags=re.S | re.M)  # the code: read above
+    prose = re.sub(r"\]\([^)]*\)|python -m txl_minimal\.\w+", "]", prose)  # not the links, nor the commands
+    found |= set(re.findall(r"\btxl_minimal(?:\.\w+)+", prose))
+    table = text.split("## What to import for which assignment")[1].split("\n## ")[0]
+    for row in table.splitlines()[2:]:
+        if not row.startswith("| "):
+            continue
+        module = "txl_minimal"  # a bare name is the package's, else the module's named before it (read_with_memory)
+        for span in re.findall(r"`([^`]+)`", row.rstrip(" |").split(" | ")[-1]):
+            name = re.match(r"[\w.]+", span)[0].removesuffix(".")
+            if name.startswith("txl_minimal."):
+                found.add(name)
+                module = name if _is_module(name) else module
+            else:
+                found.add(f"txl_minimal.TransformerXL.{name.split('.', 1)[1]}" if name.startswith("model.") else
+                          "txl_minimal.TransformerXL" if name == "model" else
+                          f"txl_minimal.{name}" if name in txl_minimal.__all__ else f"{module}.{name}")
+    return found - {"txl_minimal"}  # the package itself: the page
+
+
+def _is_module(dotted: str) -> bool:
+    try:
+        importlib.import_module(dotted)
+    except ImportError:
+        return False
+    return True
+
+
+def shown_names() -> set[str]:
+    """What the page documents, dotted as a course imports it: names, methods, and the modules of MODULES."""
+    names = {f"{e.imported_from}.{e.name}" for e in ENTRIES} | {m for m, _ in build.MODULES}
+    names |= {f"{e.imported_from}.{m.name}" for e in ENTRIES for m in e.methods}
+    names |= {f"{m}" for m, _ in build.FROM_MODULES}  # txl_minimal.train: the module of train()
+    return names
+
+
+def test_every_name_the_course_page_uses_is_in_the_reference():
+    """docs/course.md says every name it uses is in the API reference: each is (its code's imports, its table,
+    every txl_minimal.… it writes but a command, what it calls on the modules it imports)."""
+    used = course_names(COURSE.read_text(encoding="utf-8"))
+    assert {"txl_minimal.tutorial.exercises.grading", "txl_minimal.tutorial.attention_maps.read_with_memory",
+            "txl_minimal.tutorial.ablation", "txl_minimal.TransformerXL.lengths"} <= used
+    assert sorted(used - shown_names()) == []
+
+
+def test_a_course_name_missing_from_the_reference_is_found():
+    page = ("## What to import for which assignment\n\n| a | b | import |\n|---|---|---|\n"
+            "| x | y | `load_corpus`, `model.lengths(...)`, `txl_minimal.tutorial.context` |\n\n## Next\n"
+            "```python\nfrom txl_minimal.tutorial import exercises\nexercises.check_nothing(f)\n```\n")
+    used = course_names(page)
+    assert used == {"txl_minimal.load_corpus", "txl_minimal.TransformerXL.lengths", "txl_minimal.tutorial.context",
+                    "txl_minimal.tutorial.exercises", "txl_minimal.tutorial.exercises.check_nothing"}
+    assert sorted(used - shown_names()) == ["txl_minimal.tutorial.context",
+                                            "txl_minimal.tutorial.exercises.check_nothing"]
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.title)
 def test_the_reference_reads_the_definition_python_imports(entry):
     obj = imported(entry)
     if entry.kind == "constant":
@@ -104,12 +199,12 @@ def test_the_reference_reads_the_definition_python_imports(entry):
     assert entry.params == list(inspect.signature(obj).parameters)
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.title)
 def test_each_public_name_has_a_summary_its_result_its_arguments_and_an_example(entry):
     assert problems(entry, arguments(entry)) == []
 
 
-@pytest.mark.parametrize("entry", ENTRIES + [m for m in METHODS if ">>>" in m.doc], ids=lambda e: e.name)
+@pytest.mark.parametrize("entry", ENTRIES + [m for m in METHODS if ">>>" in m.doc], ids=lambda e: e.title)
 def test_every_example_of_the_reference_runs(entry, scratch):
     (failed, attempted), report = run_examples(entry)
     assert attempted > 0

@@ -86,14 +86,28 @@ def test_the_api_page_indexes_every_public_name_and_gives_each_its_entry():
     index = page.split("\n## ")[0]
     for e in entries:
         assert f"| [`{e.name}`](#{e.anchor}) | `{e.imported_from}` |" in index
-        entry = page.split(f"\n## {build.md_text(e.name)}\n")[1].split("\n## ")[0]
+        entry = page.split(f"\n## {build.md_text(e.title)}\n")[1].split("\n## ")[0]
         assert f"`from {e.imported_from} import {e.name}`" in entry and f"```python\n{e.signature}\n```" in entry
         assert "**Examples:**\n\n```pycon\n>>> " in entry, e.name
-    assert [e.name for e in entries[len(public):]] == [n for _, n in build.FROM_MODULES if n not in public]
+    assert [e.name for e in entries[len(public):] if not e.group] == [n for _, n in build.FROM_MODULES
+                                                                       if n not in public]
+    # a module a course imports whole: its own heading, its names headed with it (solutions.mask, not mask)
+    for module, _ in build.MODULES:
+        assert f"\n## {build.md_text(module)}\n" in page and f"**`{module}`**: " in index
+    assert "\n## tutorial.exercises.check\\_attention\\_layer\n" in page
+    assert len({e.anchor for e in entries}) == len(entries)  # no two entries share a heading
     # a link from a page of docs/ to the package's list of names leads to this page in the site
     out = build.rewrite_links("[API](../txl_minimal/__init__.py)", "docs/course.md", build.link_pages(),
                               "docs/course.md")
     assert out == "[API](../api.md)"
+
+
+def test_the_package_map_lists_every_module_of_every_package():
+    """A subpackage's modules (tutorial/exercises/: one module of checkers per notebook) are on the map too."""
+    page = build.package_map()
+    for path in sorted((ROOT / "txl_minimal").rglob("*.py")):
+        assert f"| [`{path.relative_to(ROOT).as_posix()}`](" in page, path
+    assert "## The exercises' checkers" in page
 
 
 PACKAGE = {  # a package that cannot be imported here (no such torch), read from its source
@@ -110,7 +124,7 @@ def test_the_api_page_reads_the_source_following_imports_and_refuses_a_name_defi
     (tmp_path / "txl_minimal").mkdir()
     for name, text in PACKAGE.items():
         (tmp_path / "txl_minimal" / name).write_text(text)
-    g, k, c = build.api_entries(tmp_path, extra=())
+    g, k, c = build.api_entries(tmp_path, extra=(), modules=())
     assert (g.name, g.module, g.kind, g.doc) == ("g", "txl_minimal.a", "function", "What f is.")
     assert g.signature == "g(x: ndarray | None, *, n: int = 2) -> str" and g.params == ["x", "n"]
     assert (k.module, k.kind, k.signature, k.doc) == ("txl_minimal.b", "constant", "K = 3", "K's docstring.")
@@ -118,7 +132,7 @@ def test_the_api_page_reads_the_source_following_imports_and_refuses_a_name_defi
     assert [(m.name, m.kind, m.signature) for m in c.methods] == [("C.m", "method", "C.m() -> int")]
     (tmp_path / "txl_minimal" / "__init__.py").write_text("__all__ = ['nowhere']\n")
     with pytest.raises(SystemExit, match=r"txl_minimal\.nowhere is exported but neither defined nor imported .*Fix:"):
-        build.api_entries(tmp_path, extra=())
+        build.api_entries(tmp_path, extra=(), modules=())
 
 
 @pytest.mark.parametrize("text, markdown", [
@@ -267,7 +281,7 @@ def test_the_api_page_has_an_entry_an_anchor_and_examples_for_every_public_name(
     api = pages["api.html"]
     entries = build.api_entries()
     for e in entries:
-        assert section_id(e.name) in api.ids and f"#{section_id(e.name)}" in api.links, e.name  # the index links it
+        assert section_id(e.title) in api.ids and f"#{section_id(e.title)}" in api.links, e.name  # the index links it
     text = " ".join("".join(api.text).split())  # Sphinx puts each word of inline code in its own span
     assert [e.name for e in entries if f"from {e.imported_from} import {e.name}" not in text] == []
     assert (html / "api.html").read_text(encoding="utf-8").count('class="highlight-pycon') >= len(entries)

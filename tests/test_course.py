@@ -125,6 +125,30 @@ def test_the_exercise_checkers_say_right_and_not_attempted(page_run):
     assert "check_mask: right" in printed and "not attempted yet" in printed
 
 
+def test_the_autograder_passes_a_right_submission_and_fails_a_wrong_one_saying_what_differs(page_run):
+    """The page's grader (checkers in raise mode, the course's own seed): full points for the worked answers,
+    none for a submission that does not shift and leaves out u, each failure named; a part not written is
+    "not attempted"; grading mode ends with the grader."""
+    from txl_minimal.tutorial import exercises
+    from txl_minimal.tutorial.exercises.checking import MODE
+    _, ns, printed = page_run
+    grade = ns["grade"]
+    assert grade(ns["right"]) == {"points": {"rel_shift": 1, "attention": 1}, "feedback": {}}
+    wrong = grade(ns["wrong"])
+    assert wrong["points"] == {"rel_shift": 0, "attention": 0}
+    assert wrong["feedback"]["rel_shift"].startswith("check_rel_shift: not yet: qlen=4, mlen=0: ")
+    assert "values differ" in wrong["feedback"]["rel_shift"]
+    assert wrong["feedback"]["attention"].startswith("check_attention_layer: not yet: qlen=5, mlen=0: term (c), "
+                                                     "u^T k_j, is missing")
+    alice = grade(ns["load_submission"](str(page_run[0] / "alice.py")))
+    assert alice["points"] == {"rel_shift": 1, "attention": 0}
+    assert alice["feedback"]["attention"] == ("check_attention_layer: not attempted yet: the answer is None or "
+                                              "returns None")
+    assert "alice {'rel_shift': 1, 'attention': 0}" in printed and "wrong {'rel_shift': 0, 'attention': 0}" in printed
+    assert MODE["raises"] is False and exercises.check_rel_shift(None) is None  # the notebooks' mode again
+    assert grade(ns["right"], seed=0) == grade(ns["right"])  # the notebooks' cases pass too
+
+
 def test_a_command_not_run_here_has_flags_its_command_knows(capsys):
     skipped = [(module, args) for language, _, code in blocks(PAGE.read_text(encoding="utf-8")) if language == "bash"
                for module, args, run in commands(code) if not run]

@@ -1,7 +1,10 @@
 """Every exercise's worked answer passes its checker; wrong and missing answers do not."""
 from __future__ import annotations
 
+import json
 import math
+import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -10,8 +13,10 @@ import torch
 
 from txl_minimal.model import rel_shift
 from txl_minimal.tutorial import exercises, solutions
+from txl_minimal.tutorial.exercises import build, memory_attention
 
 CHECKS = [(exercises.check_mask, solutions.mask), (exercises.check_rel_shift, solutions.rel_shift),
+          (exercises.check_attention_layer, solutions.attention_layer),
           (exercises.check_rel_shift, solutions.rel_shift_by_padding), (exercises.check_reach, solutions.reach),
           (exercises.check_relative_encoding, solutions.relative_encoding),
           (exercises.check_sliding_cost, solutions.sliding_cost),
@@ -40,6 +45,11 @@ WRONG = [
     (exercises.check_rel_shift, lambda x: x),  # no shift at all
     (exercises.check_rel_shift, lambda x: x.flip(-1)),  # distances reversed, not shifted
     (exercises.check_rel_shift, lambda x: rel_shift(x)[..., :-1]),  # wrong shape
+    (exercises.check_attention_layer, lambda att, h, mem, pos, mask, u, v: solutions.attention_layer(
+        att, h, mem, pos, mask, 0 * u, v)),  # (c) forgotten
+    (exercises.check_attention_layer, lambda att, h, mem, pos, mask, u, v: solutions.attention_layer(
+        att, h, mem, solutions.relative_encoding(pos.size(0), 0, pos.size(1)), mask, u, v)),  # its own R: no clamp
+    (exercises.check_attention_layer, lambda att, h, mem, pos, mask, u, v: h),  # no attention at all
     (exercises.check_rel_shift_prediction, [[3, 0, 0], [5, 6, 0], [7, 8, 9]]),  # leftovers taken for zeros
     (exercises.check_rel_shift_prediction, [[3, 2, 1], [6, 5, 4], [9, 8, 7]]),  # rows reversed, not shifted
     (exercises.check_rel_shift_prediction, [[3], [5, 6], [7, 8, 9]]),  # the visible entries alone
@@ -262,8 +272,6 @@ def test_a_rejection_says_what_differs(capsys):
 
 
 def _code_cells(notebook) -> list[str]:
-    import json
-
     from IPython.core.inputtransformer2 import TransformerManager  # cells may hold %magics
     cells = json.loads(notebook.read_text())["cells"]
     return [TransformerManager().transform_cell("".join(c["source"])) for c in cells if c["cell_type"] == "code"]
@@ -413,23 +421,23 @@ def test_a_function_checker_reads_results_with_a_gradient_int8_or_on_meta(check,
 
 def test_the_given_mean_distance_is_right_only_without_memory():
     """The exercise says so: the bug shows only with a memory before the segment."""
-    no_memory, memory = exercises._attention(0, 4, 4), exercises._attention(1, 3, 8)
-    assert torch.allclose(exercises._given_mean_distance(no_memory), solutions.mean_distance(no_memory))
-    assert not torch.allclose(exercises._given_mean_distance(memory), solutions.mean_distance(memory))
+    no_memory, memory = memory_attention._attention(0, 4, 4), memory_attention._attention(1, 3, 8)
+    assert torch.allclose(memory_attention._given_mean_distance(no_memory), solutions.mean_distance(no_memory))
+    assert not torch.allclose(memory_attention._given_mean_distance(memory), solutions.mean_distance(memory))
 
 
 def test_the_unfixed_mean_distance_is_not_attempted_and_told_so_without_the_answer(capsys):
     """The cell as shipped holds the buggy function: its stored output must not give the fix away."""
-    assert exercises.check_mean_distance_fix(exercises._given_mean_distance) is None
+    assert exercises.check_mean_distance_fix(memory_attention._given_mean_distance) is None
     out = capsys.readouterr().out
     assert out.startswith("not attempted yet: this is still the function as given")
     assert "expected" not in out and "klen - qlen" not in out
-    assert exercises.check_mean_distance_fix(exercises._from_last_key) is False
+    assert exercises.check_mean_distance_fix(memory_attention._from_last_key) is False
     assert "counted from the last key" in capsys.readouterr().out
 
 
 def test_entropy_prediction_is_the_helpers_on_the_two_heads():
-    assert np.allclose(solutions.ENTROPY_PREDICTION, exercises._entropy_prediction(), atol=1e-4)
+    assert np.allclose(solutions.ENTROPY_PREDICTION, memory_attention._entropy_prediction(), atol=1e-4)
 
 
 @pytest.mark.parametrize("misread,says", [
@@ -457,3 +465,227 @@ def test_the_gain_by_class_checker_names_the_character_read_instead_of_the_one_p
     """Entry t of a loss array is the loss of predicting text[t + 1]: grouping by text[t] is the likely slip."""
     assert exercises.check_gain_by_class(lambda t, a, b: solutions.gain_by_class(" " + t[:-1], a, b)) is False
     assert "the character the model READ at t" in capsys.readouterr().out
+
+
+# -- issue 46: a grading kit: raise mode, chosen cases, the caller's random state, a whole attention layer ---------
+
+ALL_CHECKERS = sorted({c for c, _ in CHECKS} | {c for c, _ in PREDICTIONS}, key=lambda c: c.__name__)
+FUNCTION_CHECKERS = sorted({c for c, _ in CHECKS if c.__name__ not in VALUE_PREDICTIONS}, key=lambda c: c.__name__)
+# the checkers whose cases are drawn at random, and so change with the seed
+RANDOM_CASES = {"check_rel_shift", "check_attention_layer", "check_shaw_score", "check_position_bias",
+                "check_query_position_curve", "check_mean_distance", "check_entropy", "check_mean_distance_fix",
+                "check_paired_gain", "check_relative_gain", "check_adaptive_log_prob", "check_gain_by_class"}
+
+
+def _printed(check, answer, capsys) -> str:
+    check(answer)
+    return capsys.readouterr().out.strip()
+
+
+@pytest.mark.parametrize("check,answer", WRONG + [(c, w) for c, w, _ in WRONG_PREDICTIONS],
+                         ids=lambda x: getattr(x, "__name__", "answer"))
+def test_in_grading_mode_a_wrong_answer_raises_the_line_a_notebook_prints(check, answer, capsys):
+    printed = _printed(check, answer, capsys)
+    with pytest.raises(AssertionError) as raised:
+        check(answer, raises=True)
+    assert str(raised.value).strip() == printed and "not yet:" in printed
+    with exercises.grading(raises=True), pytest.raises(AssertionError) as raised:  # the switch, for a whole grader
+        check(answer)
+    assert str(raised.value).strip() == printed and capsys.readouterr().out == ""  # raised, not printed as well
+
+
+@pytest.mark.parametrize("check", ALL_CHECKERS, ids=lambda c: c.__name__)
+def test_in_grading_mode_not_attempted_is_a_failure_worded_for_a_grader(check, capsys):
+    assert check(None) is None and capsys.readouterr().out.strip() == exercises.NOT_ATTEMPTED  # the notebooks' words
+    with pytest.raises(AssertionError) as raised:
+        check(None, raises=True)
+    message = str(raised.value)
+    assert message == f"{check.__name__}: not attempted yet: the answer is None or returns None"
+    assert "cell" not in message
+
+
+def test_the_given_mean_distance_in_grading_mode_is_not_attempted_without_the_cell(capsys):
+    with pytest.raises(AssertionError, match="check_mean_distance_fix: not attempted yet: this is still the function "
+                                             "as given, right without memory and wrong with it: find the bug and fix "
+                                             "it$"):
+        exercises.check_mean_distance_fix(memory_attention._given_mean_distance, raises=True)
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name[:2])
+def test_an_untouched_exercise_prints_what_the_notebook_stored(notebook, capsys):
+    """The notebooks' stored outputs (nbval compares them byte for byte) are the checkers' notebook words."""
+    compared = 0
+    for cell in json.loads(notebook.read_text())["cells"]:
+        call = re.fullmatch(r"(?:.*\n)*exercises\.(check_\w+)\((\w+)\)\s*", "".join(cell["source"]))
+        if cell["cell_type"] != "code" or not call:
+            continue
+        stub = memory_attention._given_mean_distance if call[1] == "check_mean_distance_fix" else None
+        stored = "".join("".join(o["text"]) for o in cell["outputs"] if o.get("name") == "stdout")
+        assert getattr(exercises, call[1])(stub) is None
+        assert capsys.readouterr().out == stored, call[1]
+        compared += 1
+    assert compared, f"{notebook.name}: no exercise cell of the form exercises.check_...(answer)"
+
+
+def test_grading_holds_for_its_block_or_from_then_on_and_a_checkers_keyword_wins(capsys):
+    untouched = lambda qlen, mlen, mem_len, same_length: None  # noqa: E731
+    with exercises.grading(raises=True):
+        assert exercises.check_mask(solutions.mask) is True  # a right answer passes and says so
+        assert "check_mask: right" in capsys.readouterr().out
+        assert exercises.check_mask(untouched, raises=False) is None  # the checker's own keyword first
+    assert exercises.check_mask(untouched) is None  # the block is over
+    exercises.grading(raises=True)  # alone: from then on
+    try:
+        with pytest.raises(AssertionError):
+            exercises.check_mask(untouched)
+    finally:
+        exercises.grading(raises=False)
+    assert exercises.check_mask(untouched) is None
+    for bad, says in ((dict(seed=-1), "seed must be an integer >= 0"), (dict(seed=1.5), "seed must be an integer"),
+                      (dict(tol=-1.0), "tol must be a number >= 0")):
+        with pytest.raises(ValueError, match=says):
+            exercises.grading(**bad)
+    assert exercises.check_mask(untouched) is None  # a refused setting changed nothing
+
+
+@pytest.mark.parametrize("check,answer", [(c, a) for c, a in CHECKS if c in FUNCTION_CHECKERS],
+                         ids=lambda f: getattr(f, "__name__", "answer"))
+def test_a_chosen_seed_draws_other_cases_and_a_right_answer_passes_them(check, answer, capsys):
+    """A course hides its grading cases behind a seed of its own; seed 0 is the notebooks' cases."""
+    def recorded(seen):
+        def run(*args):
+            seen.append([a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+            return answer(*args)
+        return run
+
+    default, hidden, again = [], [], []
+    assert check(recorded(default)) is True and check(recorded(again), seed=0) is True
+    assert check(recorded(hidden), seed=2024) is True
+    with exercises.grading(seed=2024):
+        assert check(answer) is True
+    same = [len(a) == len(b) and all(_same_input(x, y) for x, y in zip(a, b)) for a, b in zip(default, hidden)]
+    assert all(_same_input_list(a, b) for a, b in zip(default, again))  # seed 0 is the default
+    assert (not all(same)) == (check.__name__ in RANDOM_CASES), same
+
+
+def _same_input(x, y) -> bool:
+    if isinstance(x, torch.Tensor):
+        return isinstance(y, torch.Tensor) and x.shape == y.shape and torch.equal(x, y)
+    if isinstance(x, np.ndarray):
+        return isinstance(y, np.ndarray) and x.shape == y.shape and np.array_equal(x, y)
+    if isinstance(x, (list, tuple)):
+        return isinstance(y, (list, tuple)) and len(x) == len(y) and all(_same_input(a, b) for a, b in zip(x, y))
+    if isinstance(x, dict):
+        return isinstance(y, dict) and x.keys() == y.keys() and all(_same_input(x[k], y[k]) for k in x)
+    if isinstance(x, torch.nn.Module) or hasattr(x, "qkv_net"):  # a model or a layer's modules: their weights
+        a = x.state_dict() if isinstance(x, torch.nn.Module) else x.qkv_net.state_dict()
+        b = y.state_dict() if isinstance(y, torch.nn.Module) else y.qkv_net.state_dict()
+        return all(torch.equal(a[k], b[k]) for k in a)
+    return x == y
+
+
+def _same_input_list(a, b) -> bool:
+    return len(a) == len(b) and all(_same_input(x, y) for x, y in zip(a, b))
+
+
+def test_settings_choose_the_cases_a_checker_tries(capsys):
+    seen = []
+    assert exercises.check_mask(lambda *a: seen.append(a) or solutions.mask(*a), settings=[(2, 1, 1, True)]) is True
+    assert seen == [(2, 1, 1, True)]
+    assert exercises.check_attention_layer(solutions.attention_layer, settings=[
+        (3, 4, {"pre_lnorm": True}), (6, 2, {"n_head": 4, "d_head": 4, "clamp_len": 1})]) is True
+    assert exercises.check_lr(solutions.lr, settings=[(3, 2, 5)]) is True
+    assert exercises.check_lr(lambda *a: solutions.lr(*a) * 2, settings=[(3, 2, 5)]) is False
+    assert "step=3, warmup=2, max_steps=5" in capsys.readouterr().out
+
+
+def test_tol_sets_how_far_a_float_result_may_be(capsys):
+    def off(d, z, R):  # every value 1e-4 too high: more than the default 1e-5
+        return solutions.span_mask(d, z, R) + 1e-4
+    assert exercises.check_span_mask(off) is False
+    assert exercises.check_span_mask(off, tol=1e-3) is True
+    with exercises.grading(raises=False, tol=1e-3):
+        assert exercises.check_span_mask(off) is True
+    assert exercises.check_span_mask(solutions.span_mask, tol=0.0) is True  # exact here
+    with exercises.grading(raises=False, tol=1.0):  # a prediction keeps its own tolerance: grading's is for results
+        assert exercises.check_lr_prediction([0.9, 0.9, 0.9]) is False
+    assert exercises.check_lr_prediction([0.9, 0.9, 0.9], tol=1.0) is True
+
+
+def _random_state():
+    return torch.get_rng_state(), np.random.get_state(), random.getstate()
+
+
+def _draws(answer):
+    """``answer``, drawing from torch's, NumPy's and Python's global generators first (as a student's might)."""
+    def run(*args):
+        torch.rand(1), np.random.rand(), random.random()
+        return answer(*args) if callable(answer) else answer
+    return run
+
+
+@pytest.mark.parametrize("check,answer", CHECKS + PREDICTIONS + [next((c, a) for c, a in WRONG if c is check)
+                                                                  for check in FUNCTION_CHECKERS],
+                         ids=lambda f: getattr(f, "__name__", "answer"))
+def test_a_checker_leaves_the_callers_random_state_as_it_was(check, answer, capsys):
+    """A checker draws its cases from seeds of its own (it used to call torch.manual_seed(0) on the caller's
+    generator): torch's, NumPy's and Python's global states are as they were, right answer or wrong."""
+    torch.manual_seed(123), np.random.seed(123), random.seed(123)
+    before = _random_state()
+    for given in (answer, _draws(answer), None):
+        check(given)
+        after = _random_state()
+        assert torch.equal(before[0], after[0]), "torch's generator moved"
+        (kind, keys, *rest), (kind_after, keys_after, *rest_after) = before[1], after[1]
+        assert kind == kind_after and np.array_equal(keys, keys_after) and rest == rest_after, "NumPy's generator moved"
+        assert before[2] == after[2], "Python's generator moved"
+
+
+@pytest.mark.parametrize("slip", list(build.SLIPS))
+def test_the_attention_layer_checker_names_the_slip(slip, capsys):
+    """A layer with one slip (a term dropped, the shift, the mask, the scaling, W_o, the LayerNorm, the memory)
+    is told which; under grading the same sentence is the AssertionError."""
+    if slip == "pos unclamped":  # a table of its own, without clamp_len
+        def layer(att, h, mem, pos, mask, u, v):
+            return solutions.attention_layer(att, h, mem, solutions.relative_encoding(pos.size(0), 0, pos.size(1)),
+                                             mask, u, v)
+    else:
+        def layer(*args):
+            return build._layer(*args, slip=slip)[0]
+    assert exercises.check_attention_layer(layer) is False
+    out = capsys.readouterr().out
+    assert out.startswith("check_attention_layer: not yet: ") and build.SLIPS[slip] in out
+    with pytest.raises(AssertionError, match=re.escape(build.SLIPS[slip])):
+        exercises.check_attention_layer(layer, raises=True, seed=5)
+
+
+def test_the_attention_layer_checker_takes_out_or_out_and_prob_and_reads_prob(capsys):
+    assert exercises.check_attention_layer(lambda *a: build._layer(*a)) is True  # (out, prob), as the module returns
+    after_softmax = lambda *a: (build._layer(*a)[0] * 1.5, build._layer(*a)[1])  # noqa: E731
+    assert exercises.check_attention_layer(after_softmax) is False
+    assert "attention probabilities are right, its output is not" in capsys.readouterr().out
+    in_score = lambda *a: (build._layer(*a, slip="no scaling")[0] * 1.5, build._layer(*a, slip="no scaling")[1])  # noqa
+    assert exercises.check_attention_layer(in_score) is False
+    assert "probabilities differ already: the slip is in the score" in capsys.readouterr().out
+
+
+def test_the_attention_layer_checker_gives_the_weights_not_the_layers_forward(capsys):
+    """Calling the library's layer is no answer: the student gets its modules, and nothing that runs it."""
+    assert exercises.check_attention_layer(lambda att, h, mem, pos, mask, u, v: att(h, mem, pos, mask, u, v)) is False
+    assert "raised TypeError" in capsys.readouterr().out
+    seen = []
+    exercises.check_attention_layer(lambda *a: seen.append(a))
+    att, h, mem, pos, mask, u, v = seen[0]
+    assert not hasattr(att, "forward") and mem.shape == (2, 0, 16) and pos.shape == (5, 16)  # no memory: empty
+    assert mask.dtype == torch.bool and u.shape == v.shape == (2, 8)
+
+
+@pytest.mark.parametrize("settings", [[], [(4, 3)], [4], "qlen=4", [(4, 3, 3, True), (1, 2)]], ids=str)
+def test_settings_of_the_wrong_form_are_refused_naming_the_form(settings):
+    """A course's typo in its cases is its own error, said before any case runs (a student's answer is no part)."""
+    with pytest.raises(ValueError, match=r"check_mask: settings must be a non-empty list of settings like its "
+                                         r"default's, e.g. settings=\[\(4, 0, 4, False\)\]"):
+        exercises.check_mask(solutions.mask, settings=settings)
+    assert exercises.check_param_count(solutions.param_count, settings=[{"n_layer": 1}]) is True  # dicts there
+    with pytest.raises(ValueError, match="check_paired_gain: settings must be"):
+        exercises.check_paired_gain(solutions.paired_gain, settings=[(50,)])

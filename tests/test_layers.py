@@ -47,6 +47,7 @@ ALLOWED = {
     "flops": {"model"},
     "safetensors_io": {"utils"},  # the shipped weights' format, without pickle
     "tasks": {"model", "utils", "safetensors_io"},  # the recall stream and its models
+    "reference": {"model"},  # the naive key-by-key model the tests trust (it reads model.py's sinusoid_table)
     "checkpoint": {"model", "data", "utils", "safetensors_io"},
     "evaluate": {"model", "data", "utils", "checkpoint", "validation", "fast"},  # checks once; compile
     "presets": {"model", "data"},  # the presets' settings (their TrainConfig is made in train.py)
@@ -70,9 +71,19 @@ ALLOWED = {
     "tutorial.analysis": {"model", "data", "utils", "evaluate"},
     "tutorial.attention_maps": {"model", "data", "utils", "evaluate", "tutorial.analysis"},
     "tutorial.plotting": {"tutorial.analysis"},
-    "tutorial.exercises": {"model", "adaptive", "tutorial.analysis", "tutorial.attention_maps", "tutorial.context",
-                           "evaluate", "train", "variants", "tutorial.own_text",
-                           "tutorial.solutions"},  # the notebooks' checkers (09's reference is its worked answer)
+    # the notebooks' checkers: one module per notebook over the machinery they share (checking)
+    "tutorial.exercises.checking": {"model"},
+    "tutorial.exercises.build": {"model", "tutorial.exercises.checking"},
+    "tutorial.exercises.fragmentation": {"model", "evaluate", "tutorial.exercises.checking"},
+    "tutorial.exercises.relative_attention": {"model", "variants", "tutorial.analysis", "tutorial.exercises.checking"},
+    "tutorial.exercises.recurrence": {"tutorial.analysis", "tutorial.exercises.checking"},
+    "tutorial.exercises.training": {"model", "train", "tutorial.exercises.checking"},
+    "tutorial.exercises.memory_attention": {"model", "tutorial.attention_maps", "tutorial.exercises.checking"},
+    "tutorial.exercises.context_usage": {"tutorial.context", "tutorial.exercises.checking"},
+    "tutorial.exercises.ablations": {"model", "variants", "tutorial.exercises.checking"},
+    "tutorial.exercises.adaptive_softmax": {"adaptive", "tutorial.exercises.checking"},
+    "tutorial.exercises.your_text": {"tutorial.own_text", "tutorial.solutions",  # 09's reference: its worked answer
+                                     "tutorial.exercises.checking"},
     "tutorial.solutions": {"tutorial.own_text"},  # their worked answers (09's prediction reads its results)
     "tutorial.ablation": {"model", "data", "utils", "train", "flops"},
     "tutorial.own_text": {"utils"},  # notebook 09: the stdlib corpus, its runs, their results
@@ -115,7 +126,8 @@ def package_imports(module: str) -> set[str]:
 def test_package_imports_reads_relative_and_absolute_imports():
     assert package_imports("tutorial.analysis") >= {"model", "data", "evaluate"}  # from ..model import
     assert package_imports("tutorial.plotting") == {"tutorial.analysis"}  # from .analysis import
-    assert package_imports("tutorial.exercises") >= {"tutorial.context", "model"}  # from txl_minimal...
+    assert package_imports("tutorial.exercises.context_usage") >= {"tutorial.context",  # from txl_minimal...
+                                                                   "tutorial.exercises.checking"}
     assert "variants" in package_imports("__init__")  # from . import variants
 
 
@@ -157,5 +169,5 @@ def test_the_layout_page_maps_every_module():
     txl_minimal/ and each helper under tutorial/."""
     layout = (PACKAGE.parent / "docs" / "layout.md").read_text()
     for module in ALLOWED:
-        indent = "    " if module.startswith("tutorial.") else "  "
+        indent = "  " * (module.count(".") + 1)  # a subpackage's modules under its folder
         assert f"\n{indent}{module.split('.')[-1]}.py " in layout, f"docs/layout.md lacks {module}"

@@ -16,7 +16,7 @@ import txl_minimal
 from txl_minimal.data import decode, encode, generate_text
 from txl_minimal.evaluate import read_segments
 from txl_minimal.model import TXLOutput, TransformerXL, attention_mask, rel_shift, sinusoid_table
-from reference import naive_forward, segment_visibility
+from txl_minimal.reference import naive_forward, segment_visibility
 
 torch.set_num_threads(1)
 

@@ -204,7 +204,7 @@ def test_every_page_of_the_book_renders_in_a_real_browser(site, browser):
     indexed = {urllib.parse.urlparse(url).fragment for url in api["internal"]
                if url.split("#")[0].endswith("/api.html")}
     for entry in build.api_entries():
-        section = re.sub(r"[^a-z0-9]+", "-", entry.name.lower()).strip("-")
+        section = re.sub(r"[^a-z0-9]+", "-", entry.title.lower()).strip("-")
         assert section in indexed and section in api["ids"], entry.name
 
 

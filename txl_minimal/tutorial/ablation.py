@@ -73,7 +73,22 @@ SPAN_SETTINGS = dict(adaptive_span=True, span_ramp=16, span_init=0.5, span_loss_
 
 @dataclass
 class Variant:
-    """One trained model of the ablation."""
+    """One trained model of the ablation: its name, its label, and what it changes from the base size.
+
+    Attributes:
+        name: its run directory and key in results.json ("rel_mem").
+        label: how tables and plots name it.
+        overrides: TXLConfig fields on top of the base size (``model_config`` applies them).
+        group: "encoding" (the 3 x 2 table), "abs_far", "half_loss" or "span" (the adaptive-span pair).
+        notes: what it is, in a sentence.
+        train_overrides: TrainConfig fields (``loss_positions="half"``).
+
+    Examples:
+        >>> from txl_minimal.tutorial import ablation
+        >>> v = ablation.variants()[1]
+        >>> v.name, v.label, v.overrides
+        ('rel_nomem', 'rel, no memory', {'attn_type': 'rel', 'mem_len': 0})
+    """
 
     name: str  # run directory and results key
     label: str  # for tables and plots
@@ -84,8 +99,22 @@ class Variant:
 
 
 def variants(span_loss_coeff: Optional[float] = None) -> list[Variant]:
-    """The 3 encodings x {memory, no memory}, the authors' absolute variant with memory, then the
-    adaptive-span pair."""
+    """The ablation's models: 3 encodings x {memory, no memory}, the authors' absolute one, half loss, adaptive span.
+
+    In order: rel, Shaw and abs, each with and without memory; abs_far with memory (the authors'
+    absolute positions counted back from the last key); abs without memory trained on the later
+    half of each segment (the paper's setting for absolute encodings); then the adaptive-span pair
+    (``span_loss_coeff``: its L1 penalty, None: SPAN_SETTINGS').
+
+    Returns:
+        A list of ``Variant``, what scripts/ablation.py trains and results.json holds.
+
+    Examples:
+        >>> from txl_minimal.tutorial import ablation
+        >>> [v.name for v in ablation.variants()]
+        ['rel_mem', 'rel_nomem', 'shaw_mem', 'shaw_nomem', 'abs_mem', 'abs_nomem', 'abs_far_mem', 'abs_nomem_half',
+         'rel_mem96_fixed', 'rel_mem96_span']
+    """
     out = []
     for attn, desc in (("rel", "Transformer-XL relative encoding, terms (a)-(d)"),
                        ("shaw", "Shaw et al. (2018): (a) + (b) with a learned table, clipped"),
@@ -113,7 +142,21 @@ def variants(span_loss_coeff: Optional[float] = None) -> list[Variant]:
 
 
 def contexts(cfg: TXLConfig) -> dict[str, dict]:
-    """The two evaluation settings of a model trained with ``cfg``."""
+    """The two evaluation settings of a model trained with ``cfg``: its training context and a longer one.
+
+    With memory: the training segment with LONG_FACTOR x the memory; without: one segment
+    LONG_FACTOR x longer, still without memory.
+
+    Returns:
+        {"train": {tgt_len, mem_len}, "long": {tgt_len, mem_len}, "long_desc": the longer one in words}.
+
+    Examples:
+        >>> from txl_minimal.tutorial import ablation
+        >>> ablation.contexts(TXLConfig(tgt_len=32, mem_len=32))["long"]
+        {'tgt_len': 32, 'mem_len': 128}
+        >>> ablation.contexts(TXLConfig(tgt_len=32, mem_len=0))["long_desc"]
+        'segment 128 (4x the training segment), no memory'
+    """
     train_ctx = dict(tgt_len=cfg.tgt_len, mem_len=cfg.mem_len)
     if cfg.mem_len > 0:
         long_ctx = dict(tgt_len=cfg.tgt_len, mem_len=LONG_FACTOR * cfg.mem_len)
@@ -126,8 +169,21 @@ def contexts(cfg: TXLConfig) -> dict[str, dict]:
 
 def train_config(steps: int, out: str | Path, tiny: bool = False, seed: int = BASE_TRAIN["seed"],
                  **overrides) -> TrainConfig:
-    """BASE_TRAIN for ``steps`` steps (warm-up and evaluation interval shrink for short runs);
-    ``overrides``: other TrainConfig fields (a variant's ``train_overrides``)."""
+    """The ablation's training settings for ``steps`` steps, written to ``out``, on the CPU in float32.
+
+    BASE_TRAIN with warm-up and evaluation interval shrunk for short runs; ``tiny``: the smoke
+    test's smaller evaluation; ``seed``: the run's seed; ``overrides``: other TrainConfig fields (a
+    variant's ``train_overrides``).
+
+    Returns:
+        A ``TrainConfig`` (train it with ``model_config(variant)``: ``txl_minimal.train.train``).
+
+    Examples:
+        >>> from txl_minimal.tutorial import ablation
+        >>> cfg = ablation.train_config(200, "runs/abl", seed=1, loss_positions="half")
+        >>> cfg.max_steps, cfg.warmup_steps, cfg.eval_interval, cfg.seed, cfg.loss_positions
+        (200, 20, 200, 1, 'half')
+    """
     kw = dict(BASE_TRAIN, **overrides, max_steps=steps, out=str(out), device="cpu", seed=seed, amp="off",  # fp32
               warmup_steps=min(BASE_TRAIN["warmup_steps"], max(1, steps // 10)),
               eval_interval=min(BASE_TRAIN["eval_interval"], steps))
@@ -137,8 +193,20 @@ def train_config(steps: int, out: str | Path, tiny: bool = False, seed: int = BA
 
 
 def model_config(variant: Variant, tiny: bool = False) -> TXLConfig:
-    """The base size with the variant's changes (--tiny: the smoke-test size, where
-    the adaptive-span pair gets 3 x the segment as memory and a ramp of 4)."""
+    """The model of one ``variant``: the base size (BASE_MODEL) with the variant's changes.
+
+    ``tiny``: the smoke-test size (TINY_MODEL), where the adaptive-span pair gets 3 x the segment
+    as memory and a ramp of 4.
+
+    Returns:
+        A ``TXLConfig``.
+
+    Examples:
+        >>> from txl_minimal.tutorial import ablation
+        >>> cfg = ablation.model_config(ablation.variants()[2])            # Shaw et al., with memory
+        >>> cfg.attn_type, cfg.n_layer, cfg.tgt_len, cfg.mem_len, cfg.shaw_max_dist
+        ('shaw', 3, 32, 32, 32)
+    """
     overrides = dict(variant.overrides)
     if tiny and variant.group == "span":
         overrides.update(mem_len=3 * TINY_MODEL["tgt_len"], span_ramp=4)
@@ -172,7 +240,20 @@ def model_spans(model: TransformerXL) -> Optional[list[list[float]]]:
 # ----------------------------------------------------------------------------- reading
 
 def load_results(path: str | Path = RESULTS_DIR / "results.json") -> dict:
-    """The shipped (or a fresh) results.json as a dict."""
+    """The ablation's results: the shipped results.json (results/ablation/), or the one at ``path``.
+
+    A missing or damaged file is a clear error naming it and the fix (git checkout, or
+    scripts/ablation.py to train afresh).
+
+    Returns:
+        {"meta": the settings, "runs": {variant name: its test bpc at both contexts, FLOPs, spans, ...}}.
+
+    Examples:
+        >>> from txl_minimal.tutorial import ablation
+        >>> results = ablation.load_results()
+        >>> sorted(results), sorted(results["runs"])[:2]
+        (['meta', 'runs'], ['abs_far_mem', 'abs_mem'])
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing. Fix: python scripts/ablation.py --out {path.parent}")
@@ -195,7 +276,22 @@ def read_log(path: str | Path) -> list[dict]:
 
 
 def results_table(results: dict, group: Optional[str] = None) -> str:
-    """A fixed-width text table of the test bpc (and attention FLOPs) per run."""
+    """A fixed-width text table of the test bpc at both contexts (and the attention FLOPs) of each run.
+
+    ``results``: what ``load_results`` gives; ``group``: only the runs of that group of ``Variant``
+    (None: every run).
+
+    Returns:
+        The table, one line per run under a two-line heading.
+
+    Examples:
+        >>> from txl_minimal.tutorial import ablation
+        >>> print(ablation.results_table(ablation.load_results(), group="span"))
+        variant                           test bpc  test bpc  change  attn kFLOPs/token
+                                         train ctx  long ctx                (train ctx)
+        rel + memory 96, fixed span ...
+        rel + memory 96, adaptive span ...
+    """
     head = (f"{'variant':32s} {'test bpc':>9s} {'test bpc':>9s} {'change':>7s} {'attn kFLOPs/token':>18s}\n"
             f"{'':32s} {'train ctx':>9s} {'long ctx':>9s} {'':>7s} {'(train ctx)':>18s}")
     lines = [head]

@@ -49,14 +49,25 @@ SPACE = "\u2423"  # "open box", how the tick labels show a space
 
 @dataclass
 class SegmentAttention:
-    """The attention of one segment read with memory (batch element 0).
+    """The attention of one segment read with memory (batch element 0), as ``read_with_memory`` keeps it.
 
-    attn: (n_layer, n_head, qlen, klen) probabilities over [memory o segment].
-    terms: per layer a dict "a", "b", "c", "d" of (n_head, qlen, klen) unscaled
-        score terms, NaN where masked (None unless asked for).
-    mask: (qlen, klen) bool, True where query i may not see key j.
-    key_ids: (klen,) token ids read at each key position (the queries are the last qlen).
-    start: index in the text of the segment's first token (key 0 is at start - mlen).
+    Its properties ``qlen``, ``klen``, ``mlen`` (= klen - qlen) and ``query_ids`` give the lengths and
+    the queries' tokens; ``distances()`` the (qlen, klen) distance of every key from every query.
+
+    Attributes:
+        attn: (n_layer, n_head, qlen, klen) probabilities over [memory o segment].
+        mask: (qlen, klen) bool, True where query i may not see key j.
+        key_ids: (klen,) token ids read at each key position (the queries are the last qlen).
+        start: index in the text of the segment's first token (key 0 is at start - mlen).
+        terms: per layer a dict "a", "b", "c", "d" of (n_head, qlen, klen) unscaled
+            score terms, NaN where masked (None unless asked for).
+
+    Examples:
+        >>> from txl_minimal.tutorial.attention_maps import read_with_memory
+        >>> seg = read_with_memory(load_pretrained("txl-tiny"), encode("the cat sat on the mat " * 8),
+        ...                        tgt_len=32, mem_len=32)[-1]
+        >>> seg.qlen, seg.mlen, tuple(seg.attn.shape), decode(seg.query_ids[:7])
+        (32, 32, (4, 4, 32, 64), 'n the m')
     """
 
     attn: torch.Tensor
@@ -96,14 +107,28 @@ def _left_pad(x: torch.Tensor, klen: int, value: float) -> torch.Tensor:
 def read_with_memory(model: TransformerXL, ids, tgt_len: int, mem_len: int,
                      clamp_len: Optional[int] = None, same_length: Optional[bool] = None,
                      n_keep: int = 1, terms: bool = False) -> list[SegmentAttention]:
-    """Read ``ids`` (1-D text) in segments of ``tgt_len`` with a memory of ``mem_len``
-    and return the attention of the last ``n_keep`` full segments.
+    """Read a text in segments with memory and keep the attention of the last ``n_keep`` full segments.
 
-    The segments before them only fill the memory: give at least
-    ``ceil(mem_len / tgt_len) + n_keep`` segments of text for a full memory.
-    ``terms=True`` also keeps the four score terms. The model's lengths and train/eval
-    mode are restored afterwards; runs in eval mode (no dropout). With adaptive span,
-    memory a layer drops gets probability 0 (terms NaN).
+    ``model`` reads ``ids`` (a 1-D text of ids) in segments of ``tgt_len`` with a memory of
+    ``mem_len`` (``clamp_len``, ``same_length``: as ``model.lengths``; None keeps the model's). The
+    segments before the kept ones only fill the memory: give at least ``ceil(mem_len / tgt_len) +
+    n_keep`` segments of text for a full memory. ``terms=True`` also keeps the four score terms.
+    The model's lengths and train/eval mode are restored afterwards; runs in eval mode (no
+    dropout). With adaptive span, memory a layer drops gets probability 0 (terms NaN).
+
+    Returns:
+        A list of ``n_keep`` ``SegmentAttention``, oldest first: each segment's attention over
+        [memory o segment], its mask and its tokens.
+
+    Examples:
+        >>> from txl_minimal.tutorial.attention_maps import read_with_memory
+        >>> valid = load_corpus("text8-mini").valid[:1024]
+        >>> segs = read_with_memory(load_pretrained("txl-tiny"), valid, tgt_len=64, mem_len=64, n_keep=2)
+        >>> len(segs), tuple(segs[-1].attn.shape), segs[-1].start          # (layers, heads, queries, keys)
+        (2, (4, 4, 64, 128), 960)
+        >>> read_with_memory(load_pretrained("txl-tiny"), valid[:100], tgt_len=64, mem_len=64, n_keep=2)
+        Traceback (most recent call last):
+        ValueError: 100 tokens make 1 segments of 64; n_keep=2 must be between 1 and that
     """
     ids = as_ids(ids)
     if ids.dim() != 1:
@@ -142,12 +167,19 @@ def _visible(qlen: int, klen: int, mask: Optional[torch.Tensor], device=None) ->
 def attention_by_distance(attn: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Average attention on each relative distance: the paper's heads x distance map.
 
-    attn: (..., qlen, klen) probabilities; mask: (qlen, klen), True = hidden (default:
+    ``attn``: (..., qlen, klen) probabilities; ``mask``: (qlen, klen), True = hidden (default:
     only the future is hidden). Entry k of the result is the mean, over the queries
     that can see a key at distance k, of the probability they put on that key.
-    Returns (..., D) with D = 1 + the largest visible distance; NaN where no query
-    sees that distance. With ``same_length`` every query sees the same distances and
-    the result sums to 1 over k.
+    With ``same_length`` every query sees the same distances and the result sums to 1 over k.
+
+    Returns:
+        (..., D), D = 1 + the largest visible distance; NaN where no query sees that distance.
+
+    Examples:
+        >>> import torch
+        >>> from txl_minimal.tutorial.attention_maps import attention_by_distance
+        >>> attention_by_distance(torch.eye(3)[None])                  # every query on itself: distance 0
+        tensor([[1., 0., 0.]])
     """
     qlen, klen = attn.shape[-2:]
     vis = _visible(qlen, klen, mask, attn.device)
@@ -170,7 +202,21 @@ def query_distance(attn: torch.Tensor) -> torch.Tensor:
 
 
 def mean_attention_distance(attn: torch.Tensor) -> torch.Tensor:
-    """(...,) attention-weighted mean distance sum_j p_ij (i - j), averaged over queries."""
+    """The attention-weighted mean distance sum_j p_ij (i - j) of each head, averaged over its queries.
+
+    ``attn``: (..., qlen, klen) probabilities over [memory o segment]; query i is key klen - qlen + i.
+
+    Returns:
+        (...,): the mean distance, in tokens.
+
+    Examples:
+        >>> import torch
+        >>> from txl_minimal.tutorial.attention_maps import mean_attention_distance
+        >>> first_key = torch.zeros(1, 3, 3)
+        >>> first_key[..., 0] = 1                                       # queries 0, 1, 2 all on key 0
+        >>> mean_attention_distance(first_key)
+        tensor([1.])
+    """
     return query_distance(attn).mean(-1)
 
 
@@ -201,15 +247,39 @@ def attention_mass_beyond(attn: torch.Tensor, min_dist: int) -> torch.Tensor:
 
 
 def memory_share(attn: torch.Tensor) -> torch.Tensor:
-    """(...,) share of attention on the memory keys (the first klen - qlen), averaged over queries."""
+    """The share of attention on the memory keys (the first klen - qlen), averaged over the queries.
+
+    ``attn``: (..., qlen, klen) probabilities over [memory o segment].
+
+    Returns:
+        (...,): between 0 (the segment only) and 1 (the memory only).
+
+    Examples:
+        >>> import torch
+        >>> from txl_minimal.tutorial.attention_maps import memory_share
+        >>> memory_share(torch.full((1, 2, 4), 0.25))                   # 2 queries, even over 2 memory + 2 keys
+        tensor([0.5000])
+    """
     qlen, klen = attn.shape[-2:]
     return attn[..., : klen - qlen].sum(-1).mean(-1)
 
 
 def normalized_entropy(attn: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """(...,) entropy of each query's distribution divided by log(number of keys it sees),
-    averaged over queries: 1 = uniform over everything visible, 0 = a single key.
-    Queries that see only one key are left out."""
+    """Each query's entropy divided by the log of the number of keys it sees, averaged over the queries.
+
+    1 = uniform over everything visible, 0 = a single key; queries that see only one key are left
+    out. ``attn``: (..., qlen, klen) probabilities; ``mask``: (qlen, klen), True = hidden (default:
+    only the future is hidden).
+
+    Returns:
+        (...,): the mean normalised entropy.
+
+    Examples:
+        >>> import torch
+        >>> from txl_minimal.tutorial.attention_maps import normalized_entropy
+        >>> normalized_entropy(torch.tensor([[[1.0, 0.0], [0.5, 0.5]]]))  # query 1: even over its 2 keys
+        tensor([1.])
+    """
     qlen, klen = attn.shape[-2:]
     n_vis = _visible(qlen, klen, mask, attn.device).sum(-1)
     ent = -(attn * attn.clamp_min(1e-30).log()).sum(-1)

@@ -1,4 +1,4 @@
-"""Worked answers to the notebooks' exercises, one function per exercise (``exercises.py``
+"""Worked answers to the notebooks' exercises, one function per exercise (``exercises``
 checks them; ``tests/test_exercises.py`` runs every one through its checker).
 
 Try the exercise before reading its answer: each is a few lines.
@@ -17,9 +17,21 @@ from txl_minimal.tutorial import own_text
 # -- 00 · Build Transformer-XL yourself --------------------------------------------------
 
 def mask(qlen: int, mlen: int, mem_len: int, same_length: bool) -> torch.Tensor:
-    """True where query i (at key index mlen + i) must not see key j: the future, and with
-    ``same_length`` every key more than ``mem_len`` - 1 back (as if each query had exactly
-    ``mem_len`` keys, itself included)."""
+    """Notebook 00's exercise 1: the mask with ``same_length``, True where query i must not see key j.
+
+    Query i sits at key index ``mlen`` + i of [memory o segment] (``qlen`` queries): it must not
+    see the future, and with ``same_length`` any key more than ``mem_len`` - 1 back (as if each
+    query had exactly ``mem_len`` keys, itself included; mem_len 0: the plain causal mask).
+
+    Returns:
+        Bool (qlen, mlen + qlen), as ``model.attention_mask``.
+
+    Examples:
+        >>> from txl_minimal.tutorial import solutions
+        >>> solutions.mask(2, 3, 3, True).int()                       # each query sees its 3 latest keys
+        tensor([[1, 0, 0, 0, 1],
+                [1, 1, 0, 0, 0]], dtype=torch.int32)
+    """
     i = torch.arange(qlen)[:, None] + mlen  # each query's own key index
     j = torch.arange(mlen + qlen)[None, :]
     hidden = j > i
@@ -36,8 +48,21 @@ def rel_shift_prediction() -> list:
 
 
 def rel_shift(x: torch.Tensor) -> torch.Tensor:
-    """The rel-shift as an explicit gather: entry (i, j) takes column klen - 1 - (mlen + i - j),
-    the column of distance mlen + i - j (future entries: any column, the mask hides them)."""
+    """The rel-shift as an explicit gather: scores against R_{klen-1} .. R_0 become scores against R_{mlen+i-j}.
+
+    Entry (i, j) of ``x`` (..., qlen, klen) takes column klen - 1 - (mlen + i - j), the column of
+    distance mlen + i - j (future entries: any column, the mask hides them).
+
+    Returns:
+        (..., qlen, klen), equal to ``model.rel_shift(x)`` wherever a query may see the key.
+
+    Examples:
+        >>> import torch
+        >>> from txl_minimal.tutorial import solutions
+        >>> solutions.rel_shift(torch.tensor([[1, 2, 3], [4, 5, 6]]))    # qlen 2, a memory of 1
+        tensor([[2, 3, 3],
+                [4, 5, 6]])
+    """
     qlen, klen = x.shape[-2:]
     mlen = klen - qlen
     i, j = torch.arange(qlen)[:, None], torch.arange(klen)[None, :]
@@ -73,6 +98,41 @@ def relative_encoding(klen: int, clamp_len: int, d_model: int) -> torch.Tensor:
     omega = 1.0 / 10000 ** (torch.arange(0, d_model, 2) / d_model)
     angles = dist[:, None] * omega[None, :]
     return torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
+def attention_layer(att, h: torch.Tensor, mem: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor,
+                    u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Notebook 00's ``my_attention`` with the distances and the mask given: LayerNorm(h + W_o attention).
+
+    ``att`` holds the layer's modules (``qkv_net``: W_q, W_k,E, W_v; ``r_net``: W_k,R; ``o_net``: W_o;
+    ``layer_norm``; ``n_head``, ``d_head``, ``cfg``), ``h`` (B, qlen, d) the segment, ``mem`` (B, mlen, d)
+    the memory, ``pos`` R_{klen-1} .. R_0, ``mask`` True = hidden, ``u`` and ``v`` the biases
+    (``check_attention_layer`` says more). (a) + (c) is (q_i + u)^T k_j, (b) + (d) the rel-shifted
+    (q_i + v)^T W_k,R R; both scaled by 1/sqrt(d_head), masked, softmaxed over the keys of h~ =
+    [mem o h]. With ``pre_lnorm`` the LayerNorm comes first, on h~, and the output is h + W_o attention.
+
+    Returns:
+        (B, qlen, d_model): the layer's output, as ``RelMultiHeadAttn.forward``'s first result.
+
+    Examples:
+        >>> from txl_minimal.tutorial import solutions
+        >>> from txl_minimal.tutorial.exercises import check_attention_layer
+        >>> check_attention_layer(solutions.attention_layer)
+        check_attention_layer: right
+        True
+    """
+    B, qlen, _ = h.shape
+    H, D = att.n_head, att.d_head
+    h_tilde = torch.cat([mem, h], dim=1)                                  # [SG(m) o h]: keys and values
+    x = att.layer_norm(h_tilde) if att.cfg.pre_lnorm else h_tilde
+    q, k, val = att.qkv_net(x).chunk(3, dim=-1)
+    q, k, val = (t.view(B, t.size(1), H, D).transpose(1, 2) for t in (q[:, -qlen:], k, val))  # (B, H, len, D)
+    r = att.r_net(pos).view(-1, H, D).transpose(0, 1)                      # W_k,R R: (H, klen, D)
+    ac = (q + u[:, None]) @ k.transpose(-1, -2)                            # (a) + (c)
+    bd = rel_shift_by_padding((q + v[:, None]) @ r.transpose(-1, -2))      # (b) + (d)
+    prob = ((ac + bd) / math.sqrt(D)).masked_fill(mask, float("-inf")).softmax(-1)
+    out = att.o_net((prob @ val).transpose(1, 2).reshape(B, qlen, H * D))
+    return h + out if att.cfg.pre_lnorm else att.layer_norm(h + out)     # the residual, then the LayerNorm
 
 
 # -- 01 · Context fragmentation ----------------------------------------------------------

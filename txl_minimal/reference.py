@@ -1,14 +1,16 @@
-"""A deliberately naive Transformer-XL, one query and one key at a time.
+"""A deliberately naive Transformer-XL, one query and one key at a time: what the tests compare the model with.
 
 It uses the weights of a ``TransformerXL`` but none of its tricks (no rel-shift,
 no batched masks, no memory tensors): position t of layer n attends to every
 key j that ``visible(t, j)`` allows, with R_{t-j} built for that one distance.
-The tests compare the real model against it. With ``cutoffs`` (the word-level model,
-adaptive.py) the embedding and the softmax come from ``naive_embedding`` and
-``naive_log_probs``: a token looked up in its cluster's table, each word's probability
-computed by hand, both read from a state dict with the authors' names, which
-``authors_word_tensors`` makes from the authors' rules (MemTransformerLM,
-ProjectedAdaptiveLogSoftmax), independently of adaptive.py.
+The tests (tests/test_model.py, test_adaptive.py, test_analysis.py) compare the real
+model against it; a course can too (``from txl_minimal.reference import naive_forward``).
+With ``cutoffs`` (the word-level model, adaptive.py) the embedding and the softmax come
+from ``naive_embedding`` and ``naive_log_probs``: a token looked up in its cluster's table,
+each word's probability computed by hand, both read from a state dict with the authors'
+names, which ``authors_word_tensors`` makes from the authors' rules (MemTransformerLM,
+ProjectedAdaptiveLogSoftmax), independently of adaptive.py. Slow on purpose: a few dozen
+positions of a tiny model.
 """
 from __future__ import annotations
 
@@ -21,10 +23,24 @@ import torch.nn.functional as F
 
 from txl_minimal.model import TransformerXL, sinusoid_table
 
+__all__ = ["segment_visibility", "naive_forward", "authors_word_tensors", "naive_embedding", "naive_log_probs"]
+
 
 def segment_visibility(seg_len: int, mem_len: int) -> Callable[[int, int], bool]:
-    """Keys that query t sees when the sequence is read in segments with memory:
-    the last ``mem_len`` positions before its segment, then its segment up to t."""
+    """The keys query t sees when a text is read in segments of ``seg_len`` with a memory of ``mem_len``.
+
+    The last ``mem_len`` positions before its segment, then its segment up to t (positions count
+    from the start of the text): what ``naive_forward`` lets each query attend to.
+
+    Returns:
+        ``visible(t, j)`` -> True where query t sees key j.
+
+    Examples:
+        >>> from txl_minimal.reference import segment_visibility
+        >>> visible = segment_visibility(seg_len=4, mem_len=2)
+        >>> [j for j in range(8) if visible(5, j)]          # query 5: memory 2, 3 and its segment 4, 5
+        [2, 3, 4, 5]
+    """
     def visible(t: int, j: int) -> bool:
         start = (t // seg_len) * seg_len
         return max(0, start - mem_len) <= j <= t
@@ -33,9 +49,30 @@ def segment_visibility(seg_len: int, mem_len: int) -> Callable[[int, int], bool]
 
 def naive_forward(model: TransformerXL, tokens: torch.Tensor, visible: Callable[[int, int], bool],
                   words: Optional[dict[str, torch.Tensor]] = None) -> torch.Tensor:
-    """Logits (B, N, V) for the whole sequence, computed key by key. A model with cutoffs
-    reads its embedding and softmax from ``words`` (authors' names; default: its own
-    state dict, whose names for them are the authors') and returns log-probabilities."""
+    """The logits of ``model`` for a whole text, computed key by key, with the keys ``visible`` allows.
+
+    ``model``: a ``TransformerXL`` with ``attn_type="rel"`` in eval mode (any depth, memory length,
+    pre_lnorm, untie_r, clamp_len); ``tokens`` (B, N) ids; ``visible(t, j)``: which keys query t
+    sees (``segment_visibility`` for segments with memory). A model with cutoffs reads its
+    embedding and softmax from ``words`` (the authors' names; default: its own state dict, whose
+    names for them are the authors').
+
+    Returns:
+        (B, N, vocab_size): the logits of every position (with cutoffs: log-probabilities), which the
+        model gives reading ``tokens`` in segments with its memory.
+
+    Examples:
+        >>> import torch
+        >>> from txl_minimal.reference import naive_forward, segment_visibility
+        >>> model = TransformerXL(TXLConfig(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32,
+        ...                                 tgt_len=4, mem_len=4)).eval()
+        >>> x = as_ids(encode("the cat sat"))[None]                      # (1, 11)
+        >>> naive = naive_forward(model, x[:, :8], segment_visibility(4, 4))
+        >>> out = model(x[:, :4])                                        # the same two segments, with memory
+        >>> out2 = model(x[:, 4:8], out.mems)
+        >>> torch.allclose(naive, torch.cat([out.logits, out2.logits], 1), atol=1e-5)
+        True
+    """
     cfg = model.cfg
     assert cfg.attn_type == "rel" and not model.training
     B, N = tokens.shape
@@ -91,8 +128,24 @@ def _cluster_of(word: int, cfg) -> int:
 
 
 def authors_word_tensors(cfg, generator: torch.Generator, dtype=torch.float64) -> dict[str, torch.Tensor]:
-    """Random word_emb.* and crit.* tensors with the names, shapes and ties of the authors'
-    MemTransformerLM for ``cfg`` (a tied pair holds equal tensors, as their state dict does)."""
+    """Random word-level tensors named, shaped and tied as the authors' MemTransformerLM has them for ``cfg``.
+
+    The ``word_emb.*`` and ``crit.*`` entries of their state dict for a ``TXLConfig`` with
+    ``cutoffs`` (div_val, d_embed, tie_weights, tie_projs), drawn from ``generator`` in ``dtype``
+    (scale 0.3); a tied pair holds equal tensors, as their state dict does.
+
+    Returns:
+        {name: tensor}: what ``load_official_state_dict`` reads, and ``naive_embedding`` and
+        ``naive_log_probs`` compute from.
+
+    Examples:
+        >>> import torch
+        >>> from txl_minimal.reference import authors_word_tensors
+        >>> cfg = TXLConfig(vocab_size=10, d_model=8, n_head=2, d_head=4, cutoffs=[4], div_val=2)
+        >>> sd = authors_word_tensors(cfg, torch.Generator().manual_seed(0))
+        >>> sorted(sd)[:3], tuple(sd["word_emb.emb_layers.1.weight"].shape)
+        (['crit.cluster_bias', 'crit.cluster_weight', 'crit.out_layers.0.bias'], (6, 4))
+    """
     d_embed, d_proj, n = cfg.d_embed or cfg.d_model, cfg.d_model, len(cfg.cutoffs)
     tie_projs = cfg.tie_projs or [False] * (n + 1)
 
@@ -126,8 +179,22 @@ def authors_word_tensors(cfg, generator: torch.Generator, dtype=torch.float64) -
 
 
 def naive_embedding(sd: dict[str, torch.Tensor], cfg, tokens: torch.Tensor) -> torch.Tensor:
-    """(B, N) ids -> (B, N, d_model): each token's row of its cluster's table, projected to
-    d_model (if that cluster has a projection), times sqrt(d_model)."""
+    """The adaptive input by hand: each token's row of its cluster's table, projected, times sqrt(d_model).
+
+    ``sd``: word-level tensors with the authors' names (``authors_word_tensors``), ``cfg`` the
+    TXLConfig they were made for, ``tokens`` (B, N) ids.
+
+    Returns:
+        (B, N, d_model): the embedding of every token, one at a time (a projection where the cluster has one).
+
+    Examples:
+        >>> import torch
+        >>> from txl_minimal.reference import authors_word_tensors, naive_embedding
+        >>> cfg = TXLConfig(vocab_size=10, d_model=8, n_head=2, d_head=4, cutoffs=[4], div_val=2)
+        >>> sd = authors_word_tensors(cfg, torch.Generator().manual_seed(0))
+        >>> naive_embedding(sd, cfg, torch.tensor([[1, 7]])).shape
+        torch.Size([1, 2, 8])
+    """
     out = torch.zeros(*tokens.shape, cfg.d_model, dtype=sd["word_emb.emb_layers.0.weight"].dtype)
     for b in range(tokens.size(0)):
         for t in range(tokens.size(1)):
@@ -140,9 +207,25 @@ def naive_embedding(sd: dict[str, torch.Tensor], cfg, tokens: torch.Tensor) -> t
 
 
 def naive_log_probs(sd: dict[str, torch.Tensor], cfg, h: torch.Tensor) -> torch.Tensor:
-    """(..., d_model) -> (..., V): log p(w) for every word, by hand, one position at a time.
+    """The adaptive softmax by hand: log p(w) of every word, one position at a time.
+
     p(head word) = its share of the head's softmax; p(tail word of cluster i) = the head's
-    probability of cluster i times the word's share of cluster i's own softmax."""
+    probability of cluster i times the word's share of cluster i's own softmax. ``sd``: tensors
+    with the authors' names (``authors_word_tensors``) for ``cfg``; ``h`` (..., d_model): the last
+    layer's states.
+
+    Returns:
+        (..., vocab_size): log-probabilities; each row's exponentials sum to 1.
+
+    Examples:
+        >>> import torch
+        >>> from txl_minimal.reference import authors_word_tensors, naive_log_probs
+        >>> cfg = TXLConfig(vocab_size=10, d_model=8, n_head=2, d_head=4, cutoffs=[4], div_val=2)
+        >>> sd = authors_word_tensors(cfg, torch.Generator().manual_seed(0))
+        >>> logp = naive_log_probs(sd, cfg, torch.randn(3, 8, dtype=torch.float64))
+        >>> logp.shape, torch.allclose(logp.exp().sum(-1), torch.ones(3, dtype=torch.float64))
+        (torch.Size([3, 10]), True)
+    """
     n = len(cfg.cutoffs)
     flat = h.reshape(-1, h.size(-1))
     out = torch.empty(flat.size(0), cfg.vocab_size, dtype=flat.dtype)
