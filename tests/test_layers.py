@@ -17,6 +17,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "txl_minimal"
 ALLOWED = {
     # the library
     "utils": set(),
+    "stats": set(),  # numpy only: paired differences and their standard errors
+    "provenance": set(),  # numpy only: which corpus an array of ids comes from
     "wikifil": set(),
     "validation": set(),  # torch only: the model's clear errors (text is encoded in text8.py)
     "adaptive": set(),  # torch only: the word-level embedding and softmax
@@ -25,7 +27,7 @@ ALLOWED = {
     "fast": {"model"},  # the model's faster subclasses (model.py names only its hook, SPEEDUP)
     "words": set(),  # the authors' Vocab
     "symbols": {"words"},  # text <-> ids over any vocabulary (a text file's characters or words)
-    "text8": {"utils", "symbols"},  # characters: text8, text8-mini, Corpus, CorpusError
+    "text8": {"utils", "symbols", "provenance"},  # characters: text8, text8-mini, Corpus, CorpusError
     "word_corpora": {"utils", "words", "text8"},  # WikiText in text8's folder, with its download and cache
     "enwik8": {"utils", "words", "text8"},  # bytes, in text8's folder, with its download and cache
     "text_file": {"symbols", "text8", "words"},  # your own UTF-8 file: chunked reading, its vocabulary, the cache
@@ -37,18 +39,20 @@ ALLOWED = {
     "safetensors_io": {"utils"},  # the shipped weights' format, without pickle
     "tasks": {"model", "utils", "safetensors_io"},  # the recall stream and its models
     "checkpoint": {"model", "data", "utils", "safetensors_io"},
-    "evaluate": {"model", "data", "utils", "checkpoint", "validation", "fast"},  # checks once; compile
+    "evaluate": {"model", "data", "utils", "checkpoint", "validation", "fast", "provenance",  # checks once; compile
+                 "stats"},  # its command line's comparisons
     "presets": {"model", "data"},  # the presets' settings (their TrainConfig is made in train.py)
     "devices": {"model", "data", "utils", "validation", "fast"},  # DDP, precision, compile, Adam
     "run_folder": {"model", "utils", "checkpoint", "devices"},  # lock, log.csv, checkpoints, resume, Ctrl-C
     "command_line": {"data", "utils", "devices", "run_folder"},  # train.main's flags
     "train": {"model", "data", "utils", "checkpoint", "evaluate", "validation", "presets", "devices", "run_folder",
               "command_line", "batching", "text_file"},
-    "pretrained": {"model", "data", "utils", "checkpoint", "evaluate"},
+    "pretrained": {"model", "data", "utils", "checkpoint", "evaluate", "stats"},
+    "generate": {"checkpoint", "data", "utils"},  # python -m txl_minimal.generate
     "doctor": {"utils", "text8", "word_corpora", "enwik8", "checkpoint", "train",  # python -m txl_minimal.doctor
                "safetensors_io"},
     # the notebooks' helpers
-    "tutorial.context": {"model", "data", "utils", "evaluate"},
+    "tutorial.context": {"model", "data", "utils", "evaluate", "stats"},
     "tutorial.analysis": {"model", "data", "utils", "evaluate"},
     "tutorial.attention_maps": {"model", "data", "utils", "evaluate", "tutorial.analysis"},
     "tutorial.plotting": {"tutorial.analysis"},
@@ -57,7 +61,7 @@ ALLOWED = {
                            "tutorial.solutions"},  # the notebooks' checkers (09's reference is its worked answer)
     "tutorial.solutions": {"tutorial.own_text"},  # their worked answers (09's prediction reads its results)
     "tutorial.ablation": {"model", "data", "utils", "train", "flops"},
-    "tutorial.own_text": {"utils"},  # notebook 09: the stdlib corpus, its runs, their results
+    "tutorial.own_text": {"utils", "stats"},  # notebook 09: the stdlib corpus, its runs, their results
 }
 
 

@@ -31,6 +31,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from txl_minimal import provenance
 from txl_minimal.symbols import decode_symbols, encode_symbols
 from txl_minimal.utils import (NO_SPACE, WriteError, atomic_write, check_shipped, file_in_the_way, remove_leftovers,
                                shipped_fix)
@@ -164,6 +165,9 @@ class Corpus:
     test: np.ndarray
     vocab: str | tuple[str, ...] = VOCAB
     unit: str = "character"  # "character" (scored in bpc) or "word" (scored in perplexity)
+
+    def __post_init__(self) -> None:  # its ids know their vocabulary: evaluate refuses them to another model
+        provenance.remember(self.name, self.unit, self.vocab, self.train, self.valid, self.test)
 
     @property
     def vocab_size(self) -> int:
