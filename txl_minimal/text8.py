@@ -171,6 +171,7 @@ class Corpus:
 
     @property
     def vocab_size(self) -> int:
+        """The number of symbols, ``len(vocab)``: the ``vocab_size`` of a model of this corpus."""
         return len(self.vocab)
 
     def encode(self, text: str) -> np.ndarray:
@@ -179,6 +180,10 @@ class Corpus:
         UNKNOWN_CHAR's, id 0); words line by line, each line ending with ``<eos>`` where the
         vocabulary has it (``symbols.encode_symbols``).
 
+        Returns:
+            The ids, a NumPy array (text8: uint8; another vocabulary: the narrowest integer type).
+
+        Examples:
             >>> from txl_minimal import load_corpus
             >>> load_corpus("text8-mini").encode("the").tolist()
             [20, 8, 5]
@@ -190,6 +195,10 @@ class Corpus:
     def decode(self, ids) -> str:
         """The text of ``ids`` (list, NumPy array, tensor): characters joined, words joined by spaces.
 
+        Returns:
+            The text, a str.
+
+        Examples:
             >>> from txl_minimal import load_corpus
             >>> corpus = load_corpus("text8-mini")
             >>> corpus.decode(corpus.encode("the king"))
