@@ -59,7 +59,8 @@ def test_block_means_are_means_of_whole_blocks():
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: paired_difference(np.ones(10), np.ones(9), 2), r"one shape, \(n,\) or \(rows, n\), got \(10,\) and \(9,\)"),
+    (lambda: paired_difference(np.ones(10), np.ones(9), 2),
+     r"one shape, \(n,\) or \(rows, n\), got \(10,\) and \(9,\)"),
     (lambda: paired_difference(np.ones(10), np.ones(10), 6), "at least 2 blocks of 6 values.*got 10 values"),
     (lambda: paired_difference(np.ones(10), np.ones(10), 0), "block must be a positive integer"),
     (lambda: paired_difference(np.ones(10), np.ones(10), 2.0), "block must be a positive integer"),

@@ -173,8 +173,8 @@ def save(model: torch.nn.Module, path: str | Path) -> None:
     Its config, weights (with their checksum) and vocabulary, where the model knows it (a model
     trained on your own text: its characters or words), in the format of every checkpoint here;
     a ``path`` ending in .safetensors is written without pickle, readable by other tools (the
-    shipped models are). ``load(path)`` gives it back;
-    ``python -m txl_minimal.evaluate PATH --corpus text8-mini`` scores it.
+    shipped models are). ``load(path)`` gives it back; ``python -m txl_minimal.evaluate PATH --corpus
+    NAME_OR_FILE`` scores it (the file names no corpus: give the one it was trained on).
 
     Returns:
         None; the file is written atomically (a crash mid-write leaves no half file).

@@ -54,7 +54,8 @@ def read_segments(model: TransformerXL, tokens: torch.Tensor, targets: Optional[
     scored (``output.nll``). ``tgt_len``, ``mem_len``, ``clamp_len``, ``same_length``: the lengths
     to read with (None: the model's own; they are restored afterwards). ``first_len`` is the first
     segment's length; the last ``attn_last`` segments also return their attention (and the score
-    terms with ``terms``).
+    terms with ``terms``). Ids taken from a corpus (``corpus.valid[None]``, a view of it) of another
+    unit or vocabulary than the model's are a ValueError naming both (``provenance.check_vocab``).
 
     The inputs are checked once, here (``model(...)`` would check every segment's ids again,
     and on a GPU each check waits for the queued work); the segments run ``model.segment``.
@@ -211,7 +212,10 @@ def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[
     """Score ``model`` on the token ids ``data``, read in segments with the memory carried (Sec. 3.2).
 
     Bits per character; for word ids read "ppl" (perplexity), also returned, as is "loss" (mean NLL
-    in nats). ``data``: a corpus split, a list, a NumPy array or a tensor of ids.
+    in nats). ``data``: a corpus split, a list, a NumPy array or a tensor of ids; ids taken from a
+    corpus (a split or a view of one) of another unit or vocabulary than the model's are a ValueError
+    naming both, and any id past the model's ``vocab_size`` is one (ids of unknown origin, and a model
+    built in Python, which records no vocabulary, get only that check).
     Every token after the first is scored exactly once, the last short segment
     included: the text is cut into ``batch_size`` columns and column b also predicts
     the first token of column b+1 (the last column is padded; padding is not scored).
@@ -219,7 +223,8 @@ def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[
     longest context. ``max_tokens`` scores only the first that many predictions.
     Lengths (``tgt_len``, ``mem_len``, ``clamp_len``, ``same_length``) left as None keep the model's;
     they are restored afterwards. ``per_token``
-    adds "nll": the NLL in nats of every prediction, in text order (float64 numpy). ``compile``:
+    adds "nll": the NLL in nats of every prediction, in text order (float64 numpy): two scorings of the
+    same text compared with ``stats.paired_difference`` give a difference and its standard error. ``compile``:
     the segments compiled by torch.compile in that mode ("default", or "reduce-overhead": with CUDA
     graphs, for a small batch on a GPU, where launching kernels takes longer than running them);
     each length compiles once (the memory's first segments and the last are other lengths).
@@ -295,11 +300,13 @@ def sliding_window_eval(model: TransformerXL, data, context: int,
     Windows are batched ``batch_size`` at a time; no memory is used. ``per_token`` adds
     "nll", the NLL of every prediction in text order, as ``evaluate`` does; ``progress`` shows a bar.
     "settings" and "capped" as in ``evaluate``: a context longer than the text is the text (one window).
-    ``data``: token ids (a corpus split, a list, a tensor); ``model``: any TransformerXL.
+    ``data``: token ids (a corpus split, a list, a tensor; checked as ``evaluate`` checks them);
+    ``model``: any TransformerXL.
 
     Returns:
         A dict: "bpc" (bits per character), "ppl" (perplexity: read it for words), "loss" (mean NLL
-        in nats), "tokens" (the predictions scored) and, with ``per_token``, "nll".
+        in nats), "tokens" (the predictions scored), "settings" ({"context", "batch_size"}), "capped"
+        and, with ``per_token``, "nll".
 
     Examples:
         >>> model = load_pretrained("txl-tiny")

@@ -105,10 +105,10 @@ def _check_name(name: str) -> None:
 def load_pretrained(name: str = "txl", device: str | torch.device = "cpu") -> TransformerXL:
     """A model shipped with the package, read from its files (no network).
 
-    ``name``: "txl" and "vanilla" (4 layers, d_model 256, 3.4M parameters each) or "txl-tiny" and
-    "vanilla-tiny" (d_model 128), trained on text8-mini (docs/models.md: their bpc, with and without
-    memory); ``device``: where its weights go. Its size and SHA-256 are checked against
-    pretrained/MANIFEST.json first.
+    ``name``: "txl" and "vanilla" (4 layers, d_model 256; 3.4M and 3.2M parameters) or "txl-tiny"
+    and "vanilla-tiny" (4 layers, d_model 128; 0.86M and 0.79M), trained on text8-mini
+    (docs/models.md: their bpc, with and without memory); ``device``: where its weights go. Its
+    size and SHA-256 are checked against pretrained/MANIFEST.json first.
 
     Returns:
         The ``TransformerXL``, in eval mode, reading text8's 27 characters.

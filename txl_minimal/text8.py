@@ -164,7 +164,7 @@ class Corpus:
     valid: np.ndarray
     test: np.ndarray
     vocab: str | tuple[str, ...] = VOCAB
-    unit: str = "character"  # "character" (scored in bpc) or "word" (scored in perplexity)
+    unit: str = "character"  # "character" (scored in bpc), "word" (in perplexity) or "byte" (enwik8, in bpc)
 
     def __post_init__(self) -> None:  # its ids know their vocabulary: evaluate refuses them to another model
         provenance.remember(self.name, self.unit, self.vocab, self.train, self.valid, self.test)
