@@ -253,3 +253,11 @@ def test_cli_refuses_to_compare_runs_on_different_texts(tmp_path, capsys, monkey
         main([str(tmp_path / "run"), "txl-tiny", "--max-predictions", "2000", "--no-progress"])
     err = capsys.readouterr().err
     assert "did not score the same text" in err and "text8-mini valid" in err and "Fix: --corpus" in err
+
+
+def test_help_names_every_shipped_model(capsys, monkeypatch):
+    from txl_minimal.checkpoint import NAMES
+    monkeypatch.setenv("COLUMNS", "200")  # argparse wraps at the terminal's width (and inside "vanilla-tiny")
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert f"a shipped model ({' | '.join(NAMES)})" in capsys.readouterr().out and len(NAMES) == 4
