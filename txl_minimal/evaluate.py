@@ -479,12 +479,20 @@ COMPARED = ("tgt_len", "mem_len", "clamp_len", "batch_size")  # the options that
 BLOCK = 1000  # predictions per block of a comparison's paired standard error (as pretrained.BLOCK)
 
 
+class _OneOrTwo(Once):
+    """``Once`` for a flag of one value or two (a comparison: ``--mem-len 0 64``); one value is kept as
+    itself, so that a flag given twice is said as ``5 and 6``."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        super().__call__(parser, namespace, values[0] if len(values) == 1 else values, option_string)
+
+
 def _comparison(p: argparse.ArgumentParser, args) -> tuple[list[tuple[str, dict]], Optional[str]]:
     """The scorings the command line asks for: [(CKPT, {option: value})] (one; two for two runs or two
     values of one option) and the comparison's name ("mem_len" or "checkpoint"; None: no comparison).
     Each option's list of values becomes its one value; a combination that compares nothing, or two
     things at once, is refused (``p.error``)."""
-    lists = {k: getattr(args, k) for k in COMPARED if getattr(args, k) is not None}
+    lists = {k: v if isinstance(v := getattr(args, k), list) else [v] for k in COMPARED if getattr(args, k) is not None}
     two = [k for k, values in lists.items() if len(values) > 1]
     for k, values in lists.items():
         if len(values) > 2:
@@ -542,15 +550,15 @@ def main(argv: Optional[list[str]] = None) -> None:
                         "(read as the checkpoint's training file was: its unit, split and max_vocab)")
     seg = p.add_argument_group("segments with memory (the default evaluation); two values of one of these: "
                                "both scored and compared")
-    seg.add_argument("--tgt-len", type=int_at_least(1), nargs="+", metavar="N",
+    seg.add_argument("--tgt-len", type=int_at_least(1), nargs="+", metavar="N", action=_OneOrTwo,
                      help="segment length (default: the training one)")
-    seg.add_argument("--mem-len", type=int_at_least(0), nargs="+", metavar="N",
+    seg.add_argument("--mem-len", type=int_at_least(0), nargs="+", metavar="N", action=_OneOrTwo,
                      help="memory length (default: the training one)")
-    seg.add_argument("--clamp-len", type=int_at_least(0), nargs="+", metavar="N",
+    seg.add_argument("--clamp-len", type=int_at_least(0), nargs="+", metavar="N", action=_OneOrTwo,
                      help="clamp relative distances (0: no clamp)")
     seg.add_argument("--same-length", action="store_true", default=None,
                      help="every query attends to the same number of keys")
-    seg.add_argument("--batch-size", type=int_at_least(1), nargs="+", metavar="N",
+    seg.add_argument("--batch-size", type=int_at_least(1), nargs="+", metavar="N", action=_OneOrTwo,
                      help="columns read in parallel (default 1: every token gets the longest context)")
     p.add_argument("--sliding-window", type=int_at_least(1), metavar="C",
                    help="the vanilla evaluation instead: one window of C tokens per prediction, no memory")
