@@ -211,6 +211,14 @@ def test_every_example_of_the_reference_runs(entry, scratch):
     assert failed == 0, report
 
 
+@pytest.mark.parametrize("method", [m for m in METHODS if ">>>" in m.doc], ids=lambda m: m.name)
+def test_a_methods_example_is_in_its_examples_section_so_the_page_shows_it_as_code(method):
+    """An example above "Examples:" is dedented with the docstring (inspect.cleandoc) and reaches the page as
+    prose, its quotes made curly (Corpus.decode's did): it would not paste as Python."""
+    intro, sections = build.docstring_sections(method.doc)
+    assert ">>>" not in intro and all(">>>" not in body for name, body in sections.items() if name != "Examples")
+
+
 def entry(doc: str, kind: str = "function") -> build.ApiEntry:
     return build.ApiEntry("f", "txl_minimal.x", 1, kind, "f()", doc)
 

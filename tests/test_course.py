@@ -16,15 +16,16 @@ import shutil
 import subprocess
 
 import pytest
+import torch
 
 from tiny import ROOT
-from txl_minimal import evaluate, pretrained, train
+from txl_minimal import evaluate, generate, pretrained, train
 from txl_minimal.checkpoint import load, load_checkpoint
-from txl_minimal.data import CorpusError, load_corpus
+from txl_minimal.data import CorpusError, generate_text, load_corpus
 
 PAGE = ROOT / "docs" / "course.md"
 MAINS = {"txl_minimal.train": train.main, "txl_minimal.evaluate": evaluate.main,
-         "txl_minimal.pretrained": pretrained.main}
+         "txl_minimal.pretrained": pretrained.main, "txl_minimal.generate": generate.main}
 TINY = ["--max-steps", "4", "--no-progress", "--set", "warmup_steps=1"]  # what a training command of the page gets here
 NOT_RUN = "not run by the tests"
 # the page's my.txt: a Russian poem (Pushkin, "Winter morning", 1829), about 19,000 characters
@@ -51,7 +52,8 @@ def commands(code: str) -> list[tuple[str, list[str], bool]]:
 
 
 def run_command(module: str, args: list[str]) -> None:
-    MAINS[module](args + (TINY if module == "txl_minimal.train" else ["--no-progress"]))
+    extra = {"txl_minimal.train": TINY, "txl_minimal.generate": []}.get(module, ["--no-progress"])  # (generate: no bar)
+    MAINS[module](args + extra)
 
 
 def help_text(module: str, capsys) -> str:
@@ -111,6 +113,35 @@ def test_the_python_run_trains_on_the_file_and_writes_its_script(page_run):
     assert result.step == 200 and (folder / result.out / "best.pt").is_file()
     assert result.model.vocab == tuple(corpus.vocab)
     assert ns["text"].startswith("Мороз") and len(ns["text"]) == 105 and set(ns["text"]) <= set(corpus.vocab)
+
+
+def test_the_run_of_the_file_writes_what_generate_samples(page_run):
+    folder, _, printed = page_run
+    expected = generate_text(load(folder / "runs" / "mine"), "Мороз", 200, temperature=0.8,
+                             generator=torch.Generator().manual_seed(0))  # the command's default --seed 0
+    assert len(expected) == 205 and expected in printed
+
+
+def test_the_error_bars_are_the_paired_difference_of_memory_and_none(page_run):
+    _, ns, printed = page_run
+    pairs = re.findall(r"^Paired\(mean=(-?[\d.e-]+), se=([\d.e-]+), blocks=(\d+)\)$", printed, flags=re.M)
+    mean, se, blocks = float(pairs[0][0]), float(pairs[0][1]), int(pairs[0][2])
+    assert blocks == 5 and mean < -2 * se < 0  # the memory txl-tiny was trained with helps, beyond its error
+    line = re.search(r"^mem_len=64 minus mem_len=0: (-0\.\d{4}) bpc ± (0\.\d{4}) \(paired standard error over "
+                     r"5 blocks of 1,000 of the same 5,000 predictions\)$", printed, flags=re.M)
+    assert line and float(line[1]) == pytest.approx(mean, abs=6e-5) and float(line[2]) == pytest.approx(se, abs=6e-5)
+    assert re.search(r"^runs/mine-py minus runs/mine: [+-]\d\.\d{4} bpc ± \d\.\d{4} \(paired standard error over "
+                     r"4 blocks of 200 of the same 929 predictions\)$", printed, flags=re.M)
+
+
+def test_the_seed_loop_trains_in_float32_and_pools_the_seeds(page_run):
+    folder, ns, printed = page_run
+    savings, pooled = ns["savings"], ns["pooled"](ns["savings"])
+    assert [load_checkpoint(folder / "runs" / f"seed{s}" / "best.pt")["train_config"]["amp"] for s in (0, 1)] == \
+        ["off", "off"]
+    assert savings[0].mean != savings[1].mean and pooled.units == 2  # the seed moves the saving
+    assert pooled.se == pytest.approx(abs(savings[0].mean - savings[1].mean) / 2)  # two units: half their gap
+    assert repr(pooled) in printed
 
 
 def test_the_shipped_file_loads_with_its_vocabulary_and_its_published_checksum(page_run):

@@ -88,3 +88,35 @@ def test_the_link_check_finds_a_missing_file_and_a_missing_heading(tmp_path):
     (tmp_path / "a.md").write_text("# A\n\n## Some part\n\nx [b](b.md) [c](a.md#some-part) [d](a.md#none) "
                                    "[e](https://example.org/x)\n\n```\n[f](inside-code.md)\n```\n")
     assert broken_links(tmp_path / "a.md") == ["b.md (no such file)", "a.md#none (no such heading)"]
+
+
+# ----------------------------------------------------------------------------- the pages' Python runs
+
+RUN_ELSEWHERE = {"course.md"}  # tests/test_course.py runs its blocks and commands, in their order
+RUNNABLE = [p for p in DOCS if p.name not in RUN_ELSEWHERE and "```python\n" in p.read_text(encoding="utf-8")]
+
+
+def run_python_blocks(page: Path) -> tuple[dict, str]:
+    """Every ```python block of ``page``, in order, in one namespace: (the namespace, what they printed)."""
+    import contextlib
+    import io
+    text, namespace, out = page.read_text(encoding="utf-8"), {"__name__": "docs"}, io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for m in re.finditer(r"^```python\n(.*?)^```$", text, flags=re.S | re.M):
+            exec(compile(m[1], f"{page}:{text[:m.start()].count(chr(10)) + 2}", "exec"), namespace)
+    return namespace, out.getvalue()
+
+
+@pytest.mark.parametrize("page", RUNNABLE, ids=lambda p: p.name)
+def test_the_python_blocks_of_each_page_run_as_written(page, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TXL_DATA_DIR", str(tmp_path / "data"))
+    run_python_blocks(page)
+
+
+def test_the_package_page_reports_memory_against_none_with_its_paired_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ns, printed = run_python_blocks(ROOT / "docs" / "package.md")
+    paired = ns["paired_difference"](ns["nll"][64], ns["nll"][0], block=1000)
+    assert printed.splitlines()[-1] == repr(paired) and paired.blocks == 5
+    assert paired.mean < -2 * paired.se  # the memory the model was trained with helps, beyond its error

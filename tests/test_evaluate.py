@@ -101,7 +101,7 @@ def test_cli_evaluates_a_run_directory_or_checkpoint(tmp_path, capsys, monkeypat
     assert "on text8-mini valid: " in out and printed_bpc(out) == pytest.approx(expected, abs=6e-5)
 
     for argv, message in (([str(run), "--no-progress"], "names corpus 'synthetic'.*--corpus"),
-                          ([str(tmp_path / "nope")], "nothing to evaluate.*Fix")):
+                          ([str(tmp_path / "nope")], "no model at .*nope: not a shipped model.*Fix")):
         with pytest.raises(SystemExit) as exit_:  # an argparse error: the message, no traceback
             main(argv)
         assert exit_.value.code == 2 and re.search(message, capsys.readouterr().err)
@@ -166,3 +166,98 @@ def test_load_and_evaluate_take_a_run_folder_with_only_its_best_checkpoint(tmp_p
     with pytest.raises(FileNotFoundError, match="no ckpt.pt.*--last.*drop --last"):
         evaluate_checkpoint(tmp_path, last=True)
     assert load("txl-tiny").cfg.n_layer >= 1  # and a shipped name
+
+
+# ----------------------------------------------------------------------------- ids of another vocabulary
+
+def test_ids_of_a_corpus_of_another_vocabulary_or_unit_are_refused_by_every_scorer(tiny_model):
+    """A model of 102 symbols scored text8's ids (all below 102) at 8.996 bpc without a word: the ids of a
+    Corpus, or any view of them, now carry their vocabulary; ids of unknown origin are scored as before."""
+    from txl_minimal.checkpoint import attach_vocab, vocab_entry
+    from txl_minimal.data import Corpus
+    from txl_minimal.evaluate import read_segments
+    model = tiny_model(vocab_size=102)
+    attach_vocab(model, vocab_entry("character", "".join(chr(32 + i) for i in range(102))))  # a file's characters
+    valid = load_corpus("text8-mini").valid
+    scorers = {"evaluate": lambda ids: evaluate(model, ids, max_tokens=40),
+               "sliding_window_eval": lambda ids: sliding_window_eval(model, ids, 8, max_predictions=40),
+               "read_segments": lambda ids: list(read_segments(model, ids[None, :40], ids[None, 1:41]))}
+    for name, score in scorers.items():
+        for ids in (valid, valid[:2001]):  # the split, a view of it
+            with pytest.raises(ValueError, match=f"{name}: the model was trained on another vocabulary "
+                                                 r"\(102 characters\) than these ids' \(text8-mini's 27 characters\)"):
+                score(ids)
+        score(np.array(valid[:2001]))  # a copy: of unknown origin, checked against vocab_size only
+    words = Corpus("words", valid[:500].astype(np.int32), valid[:100].astype(np.int32), valid[:100].astype(np.int32),
+                   vocab=tuple(f"w{i}" for i in range(27)), unit="word")
+    with pytest.raises(ValueError, match="the model reads 102 characters but these ids are words's 27 words"):
+        evaluate(model, words.valid)
+    text8_model = tiny_model()  # built in Python: no recorded vocabulary, so nothing to compare
+    assert evaluate(text8_model, words.valid)["tokens"] == 99
+    attach_vocab(text8_model, vocab_entry("character", load_corpus("text8-mini").vocab))
+    assert evaluate(text8_model, valid[:50])["tokens"] == 49  # its own vocabulary: scored
+    with pytest.raises(ValueError, match=r"ids must be in \[0, 26\].*Fix: ids of the model's own corpus"):
+        evaluate(text8_model, torch.tensor([1, 2, 30]))  # ids past the vocabulary (already refused)
+
+
+# ----------------------------------------------------------------------------- command-line comparisons
+
+def test_cli_compares_two_memory_lengths_with_the_paired_error(capsys):
+    from txl_minimal import load_pretrained, paired_difference
+    main(["txl-tiny", "--mem-len", "0", "64", "--max-predictions", "2000", "--block", "500", "--no-progress"])
+    out = capsys.readouterr().out.splitlines()
+    model, valid = load_pretrained("txl-tiny"), load_corpus("text8-mini").valid
+    runs = [evaluate(model, valid, mem_len=m, max_tokens=2000, per_token=True) for m in (0, 64)]
+    paired = paired_difference(runs[1]["nll"], runs[0]["nll"], 500)
+    assert len(out) == 3 and "mem_len=0," in out[0] and "mem_len=64," in out[1]
+    assert [printed_bpc(line) for line in out[:2]] == [pytest.approx(r["bpc"], abs=6e-5) for r in runs]
+    assert out[2] == (f"mem_len=64 minus mem_len=0: {paired.mean:+.4f} bpc ± {paired.se:.4f} (paired standard error "
+                      "over 4 blocks of 500 of the same 2,000 predictions)")
+    assert paired.mean < 0  # the memory the model was trained with helps
+
+
+def test_cli_compares_two_runs_on_the_same_characters(capsys):
+    main(["txl-tiny", "vanilla-tiny", "--max-predictions", "2000", "--no-progress"])
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3 and "txl-tiny.safetensors" in out[0] and "vanilla-tiny.safetensors" in out[1]
+    assert re.fullmatch(r"vanilla-tiny minus txl-tiny: \+0\.\d{4} bpc ± 0\.\d{4} \(paired standard error over 2 "
+                        r"blocks of 1,000 of the same 2,000 predictions\)", out[2])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["txl-tiny", "vanilla-tiny", "txl"], "one checkpoint, or two to compare on the same characters, got 3"),
+    (["txl-tiny", "--mem-len", "0", "32", "64"], "--mem-len takes one value, or two to compare, got 3"),
+    (["txl-tiny", "--mem-len", "0", "64", "--tgt-len", "32", "64"], "compare one setting at a time: --tgt-len and "
+                                                                     "--mem-len each have two values"),
+    (["txl-tiny", "vanilla-tiny", "--mem-len", "0", "64"], "compare two checkpoints or two values of --mem-len, "
+                                                           "not both"),
+    (["txl-tiny", "--block", "100"], "--block sizes the paired standard error of a comparison"),
+    (["txl-tiny", "--mem-len", "0", "64", "--max-predictions", "1500"], "needs at least 2 blocks of --block 1,000 "
+                                                                        "predictions, and 1,500 were scored"),
+    (["txl-tiny", "--sliding-window", "8", "--mem-len", "0", "64"], "drop --mem-len"),
+])
+def test_cli_refuses_a_comparison_that_compares_nothing_or_two_things(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--no-progress"])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_cli_refuses_to_compare_runs_on_different_texts(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TXL_DATA_DIR", str(tmp_path / "data"))
+    (tmp_path / "my.txt").write_text("abc def ghi jkl\n" * 400, encoding="utf-8")
+    corpus = load_corpus(tmp_path / "my.txt")
+    train(tiny_cfg(vocab_size=corpus.vocab_size), tiny_train_cfg(tmp_path / "run", max_steps=2, eval_interval=2,
+                                                                  corpus=str(tmp_path / "my.txt")),
+          corpus, progress=False)
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "run"), "txl-tiny", "--max-predictions", "2000", "--no-progress"])
+    err = capsys.readouterr().err
+    assert "did not score the same text" in err and "text8-mini valid" in err and "Fix: --corpus" in err
+
+
+def test_help_names_every_shipped_model(capsys, monkeypatch):
+    from txl_minimal.checkpoint import NAMES
+    monkeypatch.setenv("COLUMNS", "200")  # argparse wraps at the terminal's width (and inside "vanilla-tiny")
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert f"a shipped model ({' | '.join(NAMES)})" in capsys.readouterr().out and len(NAMES) == 4

@@ -292,7 +292,7 @@ def test_unknown_preset_is_refused(capsys):
 def test_evaluating_a_folder_a_text_file_or_a_malicious_pickle(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     err = cli_error(evaluate_main, [str(tmp_path / "empty"), "--no-progress"], capsys)
-    assert "nothing to evaluate" in err and "Fix" in err
+    assert "no model at" in err and "Fix" in err
     (tmp_path / "notes.txt").write_text("not a model\n")
     err = cli_error(evaluate_main, [str(tmp_path / "notes.txt"), "--no-progress"], capsys)
     assert "notes.txt is corrupt or incomplete" in err and "Traceback" not in err

@@ -27,6 +27,8 @@ ALLOWED = {
     "cli": set(),  # what the command lines share: int_at_least, Once, terminal_progress, callable_module
     "run_lock": set(),  # OUT/train.lock
     "utils": {"scores", "machine", "files", "shipped_files", "finite", "cli", "run_lock"},  # check, and the above
+    "stats": set(),  # numpy only: paired differences and their standard errors
+    "provenance": set(),  # numpy only: which corpus an array of ids comes from
     "wikifil": set(),
     "validation": set(),  # torch only: the model's clear errors (text is encoded in symbols.py)
     "adaptive": set(),  # torch only: the word-level embedding and softmax
@@ -35,7 +37,7 @@ ALLOWED = {
     "fast": {"model"},  # the model's faster subclasses (model.py names only its hook, SPEEDUP)
     "words": set(),  # the authors' Vocab
     "symbols": {"words"},  # text <-> ids: text8's 27 characters (VOCAB, encode), any other vocabulary
-    "corpora": {"utils", "symbols"},  # what every corpus shares: Corpus, CorpusError, Source, the download, the cache
+    "corpora": {"utils", "symbols", "provenance"},  # what every corpus shares: Corpus, Source, the download, the cache
     "text8": {"utils", "symbols", "corpora"},  # characters: text8, text8-mini
     "word_corpora": {"words", "symbols", "corpora", "text8"},  # words: text8-mini's, WikiText's
     "enwik8": {"words", "corpora"},  # bytes, as the authors prepare them
@@ -49,7 +51,8 @@ ALLOWED = {
     "tasks": {"model", "utils", "safetensors_io"},  # the recall stream and its models
     "reference": {"model"},  # the naive key-by-key model the tests trust (it reads model.py's sinusoid_table)
     "checkpoint": {"model", "data", "utils", "safetensors_io"},
-    "evaluate": {"model", "data", "utils", "checkpoint", "validation", "fast"},  # checks once; compile
+    "evaluate": {"model", "data", "utils", "checkpoint", "validation", "fast", "provenance",  # checks once; compile
+                 "stats"},  # its command line's comparisons
     "presets": {"model", "data"},  # the presets' settings (their TrainConfig is made in train.py)
     "devices": {"model", "data", "machine", "validation", "fast"},  # DDP, precision, compile, Adam
     "train_config": {"model", "data", "machine", "validation", "presets", "devices", "text_file"},  # TrainConfig
@@ -63,11 +66,12 @@ ALLOWED = {
     "train": {"model", "data", "checkpoint", "evaluate", "validation", "presets", "devices", "run_folder",
               "command_line", "batching", "text_file", "train_config", "bookkeeping", "run_checkpoints",
               "run_signals", "scores", "files", "machine", "cli"},
-    "pretrained": {"model", "data", "utils", "checkpoint", "evaluate"},
+    "pretrained": {"model", "data", "utils", "checkpoint", "evaluate", "stats"},
+    "generate": {"checkpoint", "data", "utils"},  # python -m txl_minimal.generate
     "doctor": {"utils", "corpora", "text8", "word_corpora", "enwik8", "checkpoint",  # python -m txl_minimal.doctor
                "train", "safetensors_io"},
     # the notebooks' helpers
-    "tutorial.context": {"model", "data", "utils", "evaluate"},
+    "tutorial.context": {"model", "data", "utils", "evaluate", "stats"},
     "tutorial.analysis": {"model", "data", "utils", "evaluate"},
     "tutorial.attention_maps": {"model", "data", "utils", "evaluate", "tutorial.analysis"},
     "tutorial.plotting": {"tutorial.analysis"},
@@ -86,7 +90,7 @@ ALLOWED = {
                                      "tutorial.exercises.checking"},
     "tutorial.solutions": {"tutorial.own_text"},  # their worked answers (09's prediction reads its results)
     "tutorial.ablation": {"model", "data", "utils", "train", "flops"},
-    "tutorial.own_text": {"utils"},  # notebook 09: the stdlib corpus, its runs, their results
+    "tutorial.own_text": {"utils", "stats"},  # notebook 09: the stdlib corpus, its runs, their results
 }
 
 

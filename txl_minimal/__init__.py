@@ -39,7 +39,9 @@ plus validation.py's clear errors and adaptive.py's word-level layers inside the
                  the corpora's front door: the names of those above (but model's) import from it too
     checkpoint   save, load, save_checkpoint, load_checkpoint, model_from_checkpoint,
                  official_state_dict, load_official_state_dict   (the authors' weights)
+    stats        paired_difference, pooled                       (error bars: the same tokens scored twice)
     evaluate     read_segments, evaluate, sliding_window_eval    (python -m txl_minimal.evaluate)
+    generate     python -m txl_minimal.generate                  (sampled text, as nanoGPT's sample.py)
     train        TrainConfig, preset, train                      (python -m txl_minimal.train), over
                  train_config (TrainConfig, preset, lr_at), presets (PRESETS), devices (DDP, precision,
                  compile, Adam), bookkeeping (between steps), run_folder (--out; TrainResult: over
@@ -86,7 +88,7 @@ _LAZY = {"TrainConfig": "train", "preset": "train", "save": "checkpoint", "load"
          "save_checkpoint": "checkpoint", "load_checkpoint": "checkpoint", "model_from_checkpoint": "checkpoint",
          "official_state_dict": "checkpoint", "load_official_state_dict": "checkpoint",
          "read_segments": "evaluate", "sliding_window_eval": "evaluate", "load_pretrained": "pretrained",
-         "TrainResult": "run_folder"}
+         "TrainResult": "run_folder", "paired_difference": "stats", "pooled": "stats"}
 
 __all__ = ["TXLConfig", "TXLOutput", "TransformerXL", "VOCAB", "VOCAB_SIZE", "Corpus",
            "LMOrderedIterator", "as_ids", "decode", "encode", "generate_text", "load_corpus"] + list(_LAZY) + [

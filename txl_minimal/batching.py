@@ -16,6 +16,8 @@ import numpy as np
 import torch
 
 
+_ENCODE_FIX = "Fix: encode text with its corpus's encode (corpus.encode(text); text8's characters: encode(text))"
+
 def as_ids(data, limit: int | None = None) -> torch.Tensor:
     """Token ids (a list, a NumPy array or memmap, a tensor) as a new LongTensor on the CPU.
 
@@ -33,17 +35,16 @@ def as_ids(data, limit: int | None = None) -> torch.Tensor:
         tensor([[20,  8,  5]])
         >>> as_ids([0.5])
         Traceback (most recent call last):
-        ValueError: token ids must be integers, got float64. Encode text with encode().
+        ValueError: token ids must be integers, got float64. Fix: encode text with its corpus's encode ...
     """
     data = data[:limit] if limit is not None else data
     if not isinstance(data, torch.Tensor):
         data = np.asarray(data)
         if data.size and data.dtype.kind not in "iu":
-            raise ValueError(f"token ids must be integers, got {data.dtype}. "
-                             "Encode text with encode().")
+            raise ValueError(f"token ids must be integers, got {data.dtype}. {_ENCODE_FIX}")
         return torch.from_numpy(data.astype(np.int64))  # astype copies
     if data.is_floating_point() or data.is_complex() or data.dtype == torch.bool:
-        raise ValueError(f"token ids must be integers, got {data.dtype}. Encode text with encode().")
+        raise ValueError(f"token ids must be integers, got {data.dtype}. {_ENCODE_FIX}")
     if data.is_meta:
         raise ValueError("token ids on the meta device hold no values (only a shape). Fix: make them on the CPU")
     return data.detach().to("cpu", torch.long, copy=True)

@@ -173,8 +173,8 @@ def save(model: torch.nn.Module, path: str | Path) -> None:
     Its config, weights (with their checksum) and vocabulary, where the model knows it (a model
     trained on your own text: its characters or words), in the format of every checkpoint here;
     a ``path`` ending in .safetensors is written without pickle, readable by other tools (the
-    shipped models are). ``load(path)`` gives it back;
-    ``python -m txl_minimal.evaluate PATH --corpus text8-mini`` scores it.
+    shipped models are). ``load(path)`` gives it back; ``python -m txl_minimal.evaluate PATH --corpus
+    NAME_OR_FILE`` scores it (the file names no corpus: give the one it was trained on).
 
     Returns:
         None; the file is written atomically (a crash mid-write leaves no half file).
@@ -210,7 +210,7 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> TransformerXL:
         (False, 'character', 860315)
         >>> load("no-such-run")
         Traceback (most recent call last):
-        FileNotFoundError: nothing to evaluate at no-such-run: not a shipped model (txl, vanilla, txl-tiny, ...
+        FileNotFoundError: no model at no-such-run: not a shipped model (txl, vanilla, txl-tiny, ...
     """
     return model_from_checkpoint(load_checkpoint(checkpoint_file(path), map_location=device), device)
 
@@ -498,7 +498,7 @@ def run_checkpoint(run_dir: str | Path, last: bool = False) -> Path:
 
 
 def checkpoint_file(target: str | Path, last: bool = False) -> Path:
-    """A shipped name (txl | vanilla), a run directory (its best.pt, or with ``last`` or without
+    """A shipped name (``NAMES``), a run directory (its best.pt, or with ``last`` or without
     one its ckpt.pt: ``run_checkpoint``) or a checkpoint file."""
     refuse_empty_path(target, "the checkpoint")
     if last and (str(target) in NAMES or not Path(target).is_dir()):
@@ -523,9 +523,9 @@ def checkpoint_file(target: str | Path, last: bool = False) -> Path:
                                     "pass another run's folder.")
         path = chosen
     if not path.is_file():
-        raise FileNotFoundError(f"nothing to evaluate at {target}: not a shipped model ({', '.join(NAMES)}), "
-                                "a run directory holding ckpt.pt, or a checkpoint file. "
-                                "Fix: pass the --out directory of a training run, or txl / vanilla.")
+        raise FileNotFoundError(f"no model at {target}: not a shipped model ({', '.join(NAMES)}), "
+                                "a run directory holding ckpt.pt or best.pt, or a checkpoint file. "
+                                "Fix: pass the --out directory of a training run, a checkpoint file or a shipped name.")
     return path
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from txl_minimal import provenance
 from txl_minimal.symbols import VOCAB, decode, decode_symbols, encode, encode_symbols
 from txl_minimal.utils import NO_SPACE, WriteError, atomic_write, file_in_the_way, remove_leftovers
 
@@ -82,10 +83,14 @@ class Corpus:
     valid: np.ndarray
     test: np.ndarray
     vocab: str | tuple[str, ...] = VOCAB
-    unit: str = "character"  # "character" (scored in bpc) or "word" (scored in perplexity)
+    unit: str = "character"  # "character" (scored in bpc), "word" (in perplexity) or "byte" (enwik8, in bpc)
+
+    def __post_init__(self) -> None:  # its ids know their vocabulary: evaluate refuses them to another model
+        provenance.remember(self.name, self.unit, self.vocab, self.train, self.valid, self.test)
 
     @property
     def vocab_size(self) -> int:
+        """The number of symbols, ``len(vocab)``: the ``vocab_size`` of a model of this corpus."""
         return len(self.vocab)
 
     def encode(self, text: str) -> np.ndarray:
@@ -94,6 +99,10 @@ class Corpus:
         UNKNOWN_CHAR's, id 0); words line by line, each line ending with ``<eos>`` where the
         vocabulary has it (``symbols.encode_symbols``).
 
+        Returns:
+            The ids, a NumPy array (text8: uint8; another vocabulary: the narrowest integer type).
+
+        Examples:
             >>> from txl_minimal import load_corpus
             >>> load_corpus("text8-mini").encode("the").tolist()
             [20, 8, 5]
@@ -105,6 +114,10 @@ class Corpus:
     def decode(self, ids) -> str:
         """The text of ``ids`` (list, NumPy array, tensor): characters joined, words joined by spaces.
 
+        Returns:
+            The text, a str.
+
+        Examples:
             >>> from txl_minimal import load_corpus
             >>> corpus = load_corpus("text8-mini")
             >>> corpus.decode(corpus.encode("the king"))

@@ -5,12 +5,17 @@ and ``read_segments``, the loop that reads a long text segment by segment (Sec. 
     python -m txl_minimal.evaluate runs/cpu-tiny --last               # ... its last state, ckpt.pt
     python -m txl_minimal.evaluate txl --mem-len 256 --clamp-len 128 --same-length
     python -m txl_minimal.evaluate vanilla --sliding-window 64 --max-predictions 20000
+    python -m txl_minimal.evaluate runs/cpu-tiny --mem-len 0 64       # two settings, and their paired difference
+    python -m txl_minimal.evaluate runs/a runs/b --split test         # two runs on the same characters
 
-CKPT is a shipped model (txl | vanilla), a run directory or a checkpoint file; it
-is scored on the corpus it was trained on unless --corpus names another. A run directory
-is scored by its best.pt, the weights of its best periodic valid bpc (as the authors keep
-their best model), where it has one; --last scores its ckpt.pt, the last state. Nothing
-is written (``python -m txl_minimal.pretrained --update-json NAME`` rewrites NAME.json).
+CKPT is a shipped model (its names are listed under CKPT below), a run directory or a
+checkpoint file; it is scored on the corpus it was trained on unless --corpus names another.
+A run directory is scored by its best.pt, the weights of its best periodic valid bpc (as the
+authors keep their best model), where it has one; --last scores its ckpt.pt, the last state.
+Two values of one of --tgt-len, --mem-len, --clamp-len, --batch-size, or two CKPTs, score twice
+and print the second minus the first with its paired standard error (``stats.paired_difference``,
+over blocks of --block predictions); two runs must score the same characters. Nothing is written
+(``python -m txl_minimal.pretrained --update-json NAME`` rewrites NAME.json).
 """
 from __future__ import annotations
 
@@ -28,9 +33,9 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from txl_minimal import fast, validation
+from txl_minimal import fast, provenance, stats, validation
 from txl_minimal.checkpoint import (BEST, NAMES, checkpoint_file, checkpoint_vocab, describe_vocab, load_checkpoint,
-                                    model_from_checkpoint, unwrap, vocab_entry)
+                                    model_from_checkpoint, model_vocab, unwrap, vocab_entry)
 from txl_minimal.data import CORPORA, CorpusError, as_ids, is_corpus_path, load_corpus
 from txl_minimal.model import TransformerXL, TXLOutput
 from txl_minimal.utils import (LN2, Once, callable_module, check_device, int_at_least, score_name, score_of,
@@ -49,7 +54,8 @@ def read_segments(model: TransformerXL, tokens: torch.Tensor, targets: Optional[
     scored (``output.nll``). ``tgt_len``, ``mem_len``, ``clamp_len``, ``same_length``: the lengths
     to read with (None: the model's own; they are restored afterwards). ``first_len`` is the first
     segment's length; the last ``attn_last`` segments also return their attention (and the score
-    terms with ``terms``).
+    terms with ``terms``). Ids taken from a corpus (``corpus.valid[None]``, a view of it) of another
+    unit or vocabulary than the model's are a ValueError naming both (``provenance.check_vocab``).
 
     The inputs are checked once, here (``model(...)`` would check every segment's ids again,
     and on a GPU each check waits for the queued work); the segments run ``model.segment``.
@@ -67,6 +73,8 @@ def read_segments(model: TransformerXL, tokens: torch.Tensor, targets: Optional[
         >>> start, last.attn[0].shape                         # (B, n_head, T, M + T): 64 remembered
         (64, torch.Size([1, 4, 32, 96]))
     """
+    for ids in (tokens, targets):  # ids of a corpus of another vocabulary than the model's: said
+        provenance.check_vocab(model_vocab(model), ids, "read_segments")
     yield from _read(model, None, tokens, targets, tgt_len, mem_len, clamp_len, same_length, first_len,
                      attn_last, terms)
 
@@ -204,7 +212,10 @@ def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[
     """Score ``model`` on the token ids ``data``, read in segments with the memory carried (Sec. 3.2).
 
     Bits per character; for word ids read "ppl" (perplexity), also returned, as is "loss" (mean NLL
-    in nats). ``data``: a corpus split, a list, a NumPy array or a tensor of ids.
+    in nats). ``data``: a corpus split, a list, a NumPy array or a tensor of ids; ids taken from a
+    corpus (a split or a view of one) of another unit or vocabulary than the model's are a ValueError
+    naming both, and any id past the model's ``vocab_size`` is one (ids of unknown origin, and a model
+    built in Python, which records no vocabulary, get only that check).
     Every token after the first is scored exactly once, the last short segment
     included: the text is cut into ``batch_size`` columns and column b also predicts
     the first token of column b+1 (the last column is padded; padding is not scored).
@@ -212,7 +223,8 @@ def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[
     longest context. ``max_tokens`` scores only the first that many predictions.
     Lengths (``tgt_len``, ``mem_len``, ``clamp_len``, ``same_length``) left as None keep the model's;
     they are restored afterwards. ``per_token``
-    adds "nll": the NLL in nats of every prediction, in text order (float64 numpy). ``compile``:
+    adds "nll": the NLL in nats of every prediction, in text order (float64 numpy): two scorings of the
+    same text compared with ``stats.paired_difference`` give a difference and its standard error. ``compile``:
     the segments compiled by torch.compile in that mode ("default", or "reduce-overhead": with CUDA
     graphs, for a small batch on a GPU, where launching kernels takes longer than running them);
     each length compiles once (the memory's first segments and the last are other lengths).
@@ -240,6 +252,7 @@ def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[
     if compile not in (None, "default", "reduce-overhead"):
         raise ValueError(f"evaluate: compile must be None, 'default' or 'reduce-overhead', got {compile!r}")
     model = unwrap(model)
+    provenance.check_vocab(model_vocab(model), data, "evaluate")  # ids of another corpus's vocabulary: said
     ids, n_pred = _scored_ids(data, max_tokens, "evaluate")
     device = next(model.parameters()).device
     B = max(1, min(batch_size, n_pred))
@@ -287,11 +300,13 @@ def sliding_window_eval(model: TransformerXL, data, context: int,
     Windows are batched ``batch_size`` at a time; no memory is used. ``per_token`` adds
     "nll", the NLL of every prediction in text order, as ``evaluate`` does; ``progress`` shows a bar.
     "settings" and "capped" as in ``evaluate``: a context longer than the text is the text (one window).
-    ``data``: token ids (a corpus split, a list, a tensor); ``model``: any TransformerXL.
+    ``data``: token ids (a corpus split, a list, a tensor; checked as ``evaluate`` checks them);
+    ``model``: any TransformerXL.
 
     Returns:
         A dict: "bpc" (bits per character), "ppl" (perplexity: read it for words), "loss" (mean NLL
-        in nats), "tokens" (the predictions scored) and, with ``per_token``, "nll".
+        in nats), "tokens" (the predictions scored), "settings" ({"context", "batch_size"}), "capped"
+        and, with ``per_token``, "nll".
 
     Examples:
         >>> model = load_pretrained("txl-tiny")
@@ -305,6 +320,7 @@ def sliding_window_eval(model: TransformerXL, data, context: int,
     context, max_predictions, batch_size = _check_positive("sliding_window_eval", context=context,
                                                            max_predictions=max_predictions, batch_size=batch_size)
     model = unwrap(model)
+    provenance.check_vocab(model_vocab(model), data, "sliding_window_eval")
     ids, n_pred = _scored_ids(data, max_predictions, "sliding_window_eval")
     ids = ids.to(next(model.parameters()).device)
     capped = {} if context <= n_pred else {"context": (context, f"the text holds {n_pred:,} predictions")}
@@ -336,7 +352,8 @@ def evaluate_checkpoint(target: str | Path, split: str = "valid", corpus: Option
                         sliding_window: Optional[int] = None, max_predictions: Optional[int] = None,
                         batch_size: int = 1, tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
                         clamp_len: Optional[int] = None, same_length: Optional[bool] = None,
-                        device: str = "auto", progress: bool = False, last: bool = False) -> dict:
+                        device: str = "auto", progress: bool = False, last: bool = False,
+                        per_token: bool = False) -> dict:
     """bpc (words: ppl) of a checkpoint (see checkpoint.checkpoint_file) on one split; writes nothing.
 
     A run directory is scored by its best.pt (its best periodic valid bpc), or with ``last`` (or
@@ -344,7 +361,9 @@ def evaluate_checkpoint(target: str | Path, split: str = "valid", corpus: Option
 
     Segments with memory (``evaluate``; lengths left as None keep the training ones)
     or, with ``sliding_window=C``, the vanilla sliding window of C tokens. The corpus
-    is the one the checkpoint was trained on unless ``corpus`` names another.
+    is the one the checkpoint was trained on unless ``corpus`` names another. ``per_token`` adds
+    "nll" (as ``evaluate``) and "ids", the ids scored (the first is context only): two results
+    whose "ids" and "corpus" are equal scored the same tokens.
     """
     if split not in ("train", "valid", "test"):
         raise ValueError(f"split must be 'train', 'valid' or 'test', got {split!r}")
@@ -362,15 +381,18 @@ def evaluate_checkpoint(target: str | Path, split: str = "valid", corpus: Option
     _check_corpus_fits(path, ckpt, model, loaded, fix)
     data = getattr(loaded, split)
     if sliding_window is not None:
-        res = sliding_window_eval(model, data, sliding_window, max_predictions, progress=progress)
+        res = sliding_window_eval(model, data, sliding_window, max_predictions, progress=progress,
+                                  per_token=per_token)
         settings = dict(sliding_window=res["settings"]["context"])
         capped = {"sliding_window" if k == "context" else k: v for k, v in res["capped"].items()}
     else:
         res = evaluate(model, data, batch_size, tgt_len, mem_len, clamp_len, same_length, max_predictions,
-                       progress=progress)
+                       progress=progress, per_token=per_token)
         settings, capped = res["settings"], res["capped"]
     no_effect = {} if sliding_window is not None else validation.ignored_lengths(
         model.cfg, settings["mem_len"], settings["clamp_len"], settings["same_length"])  # the checkpoint's own
+    if per_token:
+        res["ids"] = data[:res["tokens"] + 1]
     return dict(res, checkpoint=str(path), step=ckpt.get("step"), saved_valid_bpc=ckpt.get("valid_bpc"),
                 corpus=loaded.name, unit=loaded.unit, split=split, settings=settings, capped=capped,
                 no_effect=no_effect)
@@ -453,29 +475,97 @@ def _check_corpus_fits(path: Path, ckpt: dict, model: TransformerXL, loaded, fix
 
 
 SEGMENT_OPTIONS = ("tgt_len", "mem_len", "clamp_len", "same_length", "batch_size")
+COMPARED = ("tgt_len", "mem_len", "clamp_len", "batch_size")  # the options that take two values: a comparison
+BLOCK = 1000  # predictions per block of a comparison's paired standard error (as pretrained.BLOCK)
+
+
+class _OneOrTwo(Once):
+    """``Once`` for a flag of one value or two (a comparison: ``--mem-len 0 64``); one value is kept as
+    itself, so that a flag given twice is said as ``5 and 6``."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        super().__call__(parser, namespace, values[0] if len(values) == 1 else values, option_string)
+
+
+def _comparison(p: argparse.ArgumentParser, args) -> tuple[list[tuple[str, dict]], Optional[str]]:
+    """The scorings the command line asks for: [(CKPT, {option: value})] (one; two for two runs or two
+    values of one option) and the comparison's name ("mem_len" or "checkpoint"; None: no comparison).
+    Each option's list of values becomes its one value; a combination that compares nothing, or two
+    things at once, is refused (``p.error``)."""
+    lists = {k: v if isinstance(v := getattr(args, k), list) else [v] for k in COMPARED if getattr(args, k) is not None}
+    two = [k for k, values in lists.items() if len(values) > 1]
+    for k, values in lists.items():
+        if len(values) > 2:
+            p.error(f"--{k.replace('_', '-')} takes one value, or two to compare, got {len(values)}")
+        setattr(args, k, values[0])
+    if len(args.checkpoint) > 2:
+        p.error(f"CKPT: one checkpoint, or two to compare on the same characters, got {len(args.checkpoint)}")
+    if len(two) > 1:
+        p.error(f"compare one setting at a time: {' and '.join('--' + k.replace('_', '-') for k in two)} each "
+                "have two values")
+    if two and len(args.checkpoint) == 2:
+        p.error(f"compare two checkpoints or two values of --{two[0].replace('_', '-')}, not both")
+    if two:
+        return [(args.checkpoint[0], {two[0]: v}) for v in lists[two[0]]], two[0]
+    if len(args.checkpoint) == 2:
+        return [(t, {}) for t in args.checkpoint], "checkpoint"
+    if args.block is not None:
+        p.error("--block sizes the paired standard error of a comparison: give two checkpoints or two values of "
+                f"one of {', '.join('--' + k.replace('_', '-') for k in COMPARED)}, or drop --block")
+    return [(args.checkpoint[0], {})], None
+
+
+def _compared(p: argparse.ArgumentParser, runs: list[tuple[str, dict]], kind: str, results: list[dict],
+              block: int) -> str:
+    """The line of a comparison: the second scoring minus the first, with its paired standard error,
+    or ``p.error`` where the two did not score the same tokens or too few for two blocks."""
+    a, b = results
+    if a["corpus"] != b["corpus"] or a["split"] != b["split"] or not np.array_equal(a["ids"], b["ids"]):
+        p.error(f"{runs[0][0]} and {runs[1][0]} did not score the same text ({a['corpus']} {a['split']}, "
+                f"{a['tokens']:,} predictions, and {b['corpus']} {b['split']}, {b['tokens']:,}), so a paired "
+                "difference means nothing. Fix: --corpus NAME_OR_FILE scores both on one text")
+    if a["tokens"] < 2 * block:
+        p.error(f"a paired standard error needs at least 2 blocks of --block {block:,} predictions, and "
+                f"{a['tokens']:,} were scored. Fix: a smaller --block, or more predictions")
+    words = a["unit"] == "word"
+    paired = stats.paired_difference(b["nll"], a["nll"], block, bits=not words)
+    name_a, name_b = (str(target) if kind == "checkpoint" else f"{kind}={setting[kind]:,}" for target, setting in runs)
+    unit = "nats per word" if words else score_name(a["unit"])
+    return (f"{name_b} minus {name_a}: {paired.mean:+.4f} {unit} ± {paired.se:.4f} (paired standard error over "
+            f"{paired.blocks:,} blocks of {block:,} of the same {a['tokens']:,} predictions)")
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    """The command line: print one checkpoint's bpc, or perplexity on words (see the module docstring)."""
+    """The command line: print one checkpoint's bpc (words: perplexity), or two and their paired difference
+    (see the module docstring)."""
     p = argparse.ArgumentParser(prog="python -m txl_minimal.evaluate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.register("action", None, Once)  # a flag given twice with two values is refused, not the last kept
-    p.add_argument("checkpoint", metavar="CKPT", help="txl | vanilla (shipped), a run directory or a checkpoint file")
+    p.add_argument("checkpoint", metavar="CKPT", nargs="+",
+                   help=f"a shipped model ({' | '.join(NAMES)}), a run directory or a checkpoint file; two: both "
+                        "scored on the same characters and compared")
     p.add_argument("--split", choices=("train", "valid", "test"), default="valid")
     p.add_argument("--corpus", metavar="NAME_OR_FILE",
                    help=f"default: the training corpus; else one of {', '.join(CORPORA)} or a UTF-8 text file's path "
                         "(read as the checkpoint's training file was: its unit, split and max_vocab)")
-    seg = p.add_argument_group("segments with memory (the default evaluation)")
-    seg.add_argument("--tgt-len", type=int_at_least(1), help="segment length (default: the training one)")
-    seg.add_argument("--mem-len", type=int_at_least(0), help="memory length (default: the training one)")
-    seg.add_argument("--clamp-len", type=int_at_least(0), help="clamp relative distances (0: no clamp)")
+    seg = p.add_argument_group("segments with memory (the default evaluation); two values of one of these: "
+                               "both scored and compared")
+    seg.add_argument("--tgt-len", type=int_at_least(1), nargs="+", metavar="N", action=_OneOrTwo,
+                     help="segment length (default: the training one)")
+    seg.add_argument("--mem-len", type=int_at_least(0), nargs="+", metavar="N", action=_OneOrTwo,
+                     help="memory length (default: the training one)")
+    seg.add_argument("--clamp-len", type=int_at_least(0), nargs="+", metavar="N", action=_OneOrTwo,
+                     help="clamp relative distances (0: no clamp)")
     seg.add_argument("--same-length", action="store_true", default=None,
                      help="every query attends to the same number of keys")
-    seg.add_argument("--batch-size", type=int_at_least(1),
+    seg.add_argument("--batch-size", type=int_at_least(1), nargs="+", metavar="N", action=_OneOrTwo,
                      help="columns read in parallel (default 1: every token gets the longest context)")
     p.add_argument("--sliding-window", type=int_at_least(1), metavar="C",
                    help="the vanilla evaluation instead: one window of C tokens per prediction, no memory")
     p.add_argument("--max-predictions", type=int_at_least(1), metavar="N", help="score only the first N predictions")
+    p.add_argument("--block", type=int_at_least(1), metavar="N",
+                   help=f"a comparison: predictions per block of the paired standard error (default {BLOCK:,}; "
+                        "neighbouring losses correlate, so the SE is over block means)")
     p.add_argument("--last", action="store_true",
                    help="a run directory: score its last state, ckpt.pt, instead of its best.pt")
     p.add_argument("--device", default="auto", help='"auto" (a GPU if there is one), "cpu", "cuda:1" ...')
@@ -484,21 +574,33 @@ def main(argv: Optional[list[str]] = None) -> None:
     given = ", ".join("--" + k.replace("_", "-") for k in SEGMENT_OPTIONS if getattr(args, k) is not None)
     if args.sliding_window is not None and given:  # an error rather than options silently ignored
         p.error(f"--sliding-window reads fixed windows without memory: drop {given}")
-    try:
-        r = evaluate_checkpoint(args.checkpoint, args.split, args.corpus, args.sliding_window,
-                                args.max_predictions, args.batch_size or 1, args.tgt_len, args.mem_len,
-                                args.clamp_len, args.same_length, args.device,
-                                progress=terminal_progress(not args.no_progress), last=args.last)
-    except (ValueError, FileNotFoundError, CorpusError) as e:  # bad input: the message, no traceback
-        p.error(str(e))
-    if (which := which_state(args.checkpoint, r)) is not None:
-        print(which)
-    name = score_name(r["unit"])  # bpc for characters, ppl for words
-    print(f"{r['checkpoint']} on {r['corpus']} {r['split']}: {name} {r[name]:.4f} "
-          f"over {r['tokens']:,} predictions ({describe_settings(r)})")
-    if not math.isfinite(r["loss"]):  # exit 1, so that a script or CI notices
-        sys.exit(f"error: {name} {r[name]} is not finite: the weights hold NaN or inf (a diverged run?). "
-                 "Fix: evaluate an earlier checkpoint, or train again with a lower lr.")
+    runs, kind = _comparison(p, args)
+    results = []
+    for target, setting in runs:
+        lengths = dict(dict(tgt_len=args.tgt_len, mem_len=args.mem_len, clamp_len=args.clamp_len,
+                            batch_size=args.batch_size), **setting)
+        try:
+            results.append(evaluate_checkpoint(target, args.split, args.corpus, args.sliding_window,
+                                               args.max_predictions, lengths["batch_size"] or 1, lengths["tgt_len"],
+                                               lengths["mem_len"], lengths["clamp_len"], args.same_length,
+                                               args.device, progress=terminal_progress(not args.no_progress),
+                                               last=args.last, per_token=kind is not None))
+        except (ValueError, FileNotFoundError, CorpusError) as e:  # bad input: the message, no traceback
+            p.error(str(e))
+    compared = None if kind is None else _compared(p, runs, kind, results, args.block or BLOCK)
+    for (target, _), r in zip(runs, results):
+        if (which := which_state(target, r)) is not None and (kind != "mem_len" or r is results[0]):
+            print(which)
+        name = score_name(r["unit"])  # bpc for characters, ppl for words
+        print(f"{r['checkpoint']} on {r['corpus']} {r['split']}: {name} {r[name]:.4f} "
+              f"over {r['tokens']:,} predictions ({describe_settings(r)})")
+    for r in results:
+        if not math.isfinite(r["loss"]):  # exit 1, so that a script or CI notices
+            name = score_name(r["unit"])
+            sys.exit(f"error: {name} {r[name]} is not finite: the weights hold NaN or inf (a diverged run?). "
+                     "Fix: evaluate an earlier checkpoint, or train again with a lower lr.")
+    if compared is not None:
+        print(compared)
 
 
 callable_module(__name__)  # `from txl_minimal import evaluate` gives this module: evaluate(...) calls evaluate.evaluate

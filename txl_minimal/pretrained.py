@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
 import sys
 import time
@@ -39,6 +38,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from txl_minimal import stats
 from txl_minimal.checkpoint import (CHECKSUM, LOG_HEADER, NAMES, PRETRAINED_DIR, SAFETENSORS, checkpoint_bytes,
                                     checkpoint_vocab, describe_vocab, load_checkpoint, model_from_checkpoint,
                                     run_checkpoint)
@@ -105,10 +105,10 @@ def _check_name(name: str) -> None:
 def load_pretrained(name: str = "txl", device: str | torch.device = "cpu") -> TransformerXL:
     """A model shipped with the package, read from its files (no network).
 
-    ``name``: "txl" and "vanilla" (4 layers, d_model 256, 3.4M parameters each) or "txl-tiny" and
-    "vanilla-tiny" (d_model 128), trained on text8-mini (docs/models.md: their bpc, with and without
-    memory); ``device``: where its weights go. Its size and SHA-256 are checked against
-    pretrained/MANIFEST.json first.
+    ``name``: "txl" and "vanilla" (4 layers, d_model 256; 3.4M and 3.2M parameters) or "txl-tiny"
+    and "vanilla-tiny" (4 layers, d_model 128; 0.86M and 0.79M), trained on text8-mini
+    (docs/models.md: their bpc, with and without memory); ``device``: where its weights go. Its
+    size and SHA-256 are checked against pretrained/MANIFEST.json first.
 
     Returns:
         The ``TransformerXL``, in eval mode, reading text8's 27 characters.
@@ -244,14 +244,14 @@ def _summary(name: str, model: TransformerXL, ckpt: dict, splits: tuple[str, ...
 def paired_difference(nll: np.ndarray, reference: np.ndarray, block: int = BLOCK) -> tuple[float, float]:
     """Mean of ``nll - reference`` in bits per character and its standard error.
 
-    Both hold the NLL (nats) of the same characters. The standard error is that of the
-    mean over blocks of ``block`` characters (the last, shorter block dropped): the
-    losses of neighbouring characters are correlated, so a per-character one would be
-    too small.
+    Both hold the NLL (nats) of the same characters (``reference`` may be longer: its first
+    ``len(nll)``). The standard error is that of the mean over blocks of ``block`` characters (the
+    last, shorter block dropped): the losses of neighbouring characters are correlated, so a
+    per-character one would be too small. ``txl_minimal.stats.paired_difference`` with its block
+    count, in nats, or for rows of tokens.
     """
-    diff = (np.asarray(nll) - np.asarray(reference)[:len(nll)]) / LN2
-    blocks = diff[: len(diff) // block * block].reshape(-1, block).mean(axis=1)
-    return float(diff.mean()), float(blocks.std(ddof=1) / math.sqrt(len(blocks)))
+    paired = stats.paired_difference(nll, np.asarray(reference)[:len(nll)], block)
+    return paired.mean, paired.se
 
 
 def paired_table(splits: tuple[str, ...] = ("valid", "test"), progress: bool = False,

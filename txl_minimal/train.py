@@ -1,6 +1,7 @@
-"""Train Transformer-XL (and the vanilla baseline) on text8.
+"""Train Transformer-XL (and the vanilla baseline) on text8-mini (the default), text8, words, enwik8 or your own file.
 
-    python -m txl_minimal.train --preset cpu-tiny                       # a few minutes on a CPU
+    python -m txl_minimal.train --preset cpu-tiny                       # about a minute of one CPU core
+    python -m txl_minimal.train --corpus my.txt --out runs/mine         # a UTF-8 text file of your own
     python -m txl_minimal.train --preset cpu-small --out runs/txl --resume
     python -m txl_minimal.train --preset cpu-tiny --out runs/cpu-tiny --overwrite  # replace that run
     python -m txl_minimal.train --preset cpu-small --set attn_type=abs mem_len=0  # the vanilla baseline

@@ -176,7 +176,8 @@ def check_ids(ids, vocab_size: int, what: str = "token") -> None:
     low, high = torch.stack(torch.aminmax(ids)).tolist()  # one read back from the device
     if low < 0 or high >= vocab_size:
         raise ValueError(f"{what} ids must be in [0, {vocab_size - 1}] (vocab_size); got min "
-                         f"{low}, max {high}. Encode text with txl_minimal.encode.")
+                         f"{low}, max {high}. Fix: ids of the model's own corpus (corpus.encode(text); text8's 27 "
+                         "characters: txl_minimal.encode)")
 
 
 def check_generate(prompt, n_new, temperature, top_k) -> tuple[torch.Tensor, int, float, Optional[int]]:

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from txl_minimal import stats
 from txl_minimal.data import as_ids
 from txl_minimal.evaluate import read_segments
 from txl_minimal.model import TransformerXL
@@ -160,13 +161,14 @@ def paired_gains(losses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     step k is the mean over targets of loss(c_k) - loss(c_{k+1}); as every target is
     scored at both contexts, its standard error is that of the paired differences,
     std / sqrt(n_targets), much smaller than the spread of the losses themselves.
-    Returns (gains, standard errors), each of length n_contexts - 1.
+    Returns (gains, standard errors), each of length n_contexts - 1 (``stats.paired_difference``
+    with ``block=1``, row by row).
     """
     losses = np.asarray(losses, dtype=np.float64)
     if losses.ndim != 2 or losses.shape[1] < 2:
         raise ValueError(f"losses must be (n_contexts, n_targets >= 2), got shape {losses.shape}")
-    diff = losses[:-1] - losses[1:]
-    return diff.mean(axis=1), diff.std(axis=1, ddof=1) / math.sqrt(losses.shape[1])
+    paired = stats.paired_difference(losses[:-1], losses[1:], 1, bits=False)  # each target its own block
+    return paired.mean, paired.se
 
 
 def effective_context_length(contexts: Sequence[int], mean_losses: Sequence[float],

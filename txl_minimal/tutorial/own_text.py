@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from txl_minimal import stats
 from txl_minimal.utils import atomic_write_text
 
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "results" / "own_text"
@@ -80,18 +81,17 @@ def run_name(corpus: str, mem_len: int, seed: int = 0) -> str:
 
 
 def block_means(nll: np.ndarray, block: int = BLOCK) -> np.ndarray:
-    """Means of consecutive blocks of ``block`` losses (the last, shorter block dropped)."""
-    n = len(nll) // block * block
-    return np.asarray(nll[:n], dtype=np.float64).reshape(-1, block).mean(axis=1)
+    """Means of consecutive blocks of ``block`` losses (the last, shorter block dropped): ``stats.block_means``."""
+    return stats.block_means(nll, block)
 
 
 def paired_blocks(a: np.ndarray, b: np.ndarray, group: int = 1) -> tuple[float, float]:
     """Mean of ``a - b`` (block means of the same characters) and its standard error, computed
     over means of ``group`` consecutive blocks (``SE_GROUP``: neighbouring blocks of 512 still
-    correlate, groups of eight, 4,096 characters, much less); a last partial group is dropped."""
-    d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
-    d = d[:len(d) // group * group].reshape(-1, group).mean(axis=1)
-    return float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d)))
+    correlate, groups of eight, 4,096 characters, much less); a last partial group is dropped
+    (``stats.paired_difference(a, b, group, bits=False, drop_partial=True)``)."""
+    paired = stats.paired_difference(a, b, group, bits=False, drop_partial=True)
+    return paired.mean, paired.se
 
 
 def memory_savings(runs: dict, mem_len: int = 64, seed: int = 0) -> list[float]:
