@@ -5,7 +5,8 @@
 #   make demo   train the cpu-tiny preset, execute every notebook headless into
 #               runs/notebooks/ (.ipynb and .html)
 #   make test-min  the oldest declared versions (requirements-min.txt) in .venv-min, then pytest tests
-#   make e2e    JupyterLab in a real browser (chromium); skips, saying what to install, without one
+#   make e2e    the book's tests (tests/test_book.py) and JupyterLab and the book in a real browser
+#               (chromium, tests/e2e); the browser tests skip, saying what to install, without one
 #   make book   the executed notebooks as a static site in build/book/html (nothing re-run; offline)
 #   make lint   ruff and codespell alone (`make test` runs them first)
 #   make test-gpu  tests/gpu on a CUDA GPU (skipped, in one line, without one); needs no setup step:
@@ -67,8 +68,9 @@ data/cache/.gensim-fetched:
 	  || echo "gensim wheel unavailable: the text8-mini rebuild test will be skipped"
 	@touch $@
 
+# The browser tests are left to `make e2e` (CI runs both), so that a browser's presence adds nothing to this.
 test: setup $(VENV)/.kernel data/cache/.gensim-fetched lint
-	$(TEST_ENV) $(PY) -m pytest -q tests $(NBVAL) notebooks
+	$(TEST_ENV) $(PY) -m pytest -q --ignore=tests/e2e tests $(NBVAL) notebooks
 
 test-fast: setup $(VENV)/.kernel
 	$(TEST_ENV) $(PY) -m pytest -q --ignore=tests/e2e tests
@@ -90,12 +92,13 @@ test-min: $(VENV_MIN)/.installed
 	$(TEST_ENV) $(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider tests
 
 # JupyterLab driven by chromium through chromium-driver and selenium: notebooks 00 and 05 run
-# through the UI, screenshots in runs/e2e/. `make test` runs it too when a browser is installed.
-# It also opens the book (make book) and visits every page: tests/e2e/test_book_browser.py.
+# through the UI, screenshots in runs/e2e/. It also builds the book once (with the book's packages,
+# which it installs) and reads its HTML (tests/test_book.py), then visits every page in chromium
+# (tests/e2e/test_book_browser.py). CI runs it after `make test` (.ci/run).
 e2e: setup $(VENV)/.kernel $(VENV)/.book
-	$(TEST_ENV) $(PY) -m pytest -q -rs -s -p no:cacheprovider tests/e2e
+	$(TEST_ENV) $(PY) -m pytest -q -rs -s -p no:cacheprovider tests/test_book.py tests/e2e
 
-# The book: README (landing page), the nine notebooks as built from their stored outputs, docs/ (the
+# The book: README (landing page), the notebooks as built from their stored outputs, docs/ (the
 # manual), a package map and CONTRIBUTING, by Sphinx + MyST-NB, with MathJax served from the site
 # (book/build.py).
 # Needs only requirements-book.txt (no torch: nothing runs), installed into .venv on first use.

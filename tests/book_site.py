@@ -48,18 +48,35 @@ def count_math(markdown: str) -> int:
     return display + len(re.findall(r"\$(?:[^$\n]|\n(?!\s*\n))+?\$", text))
 
 
+# The types of an output MyST-NB shows in HTML, first found first (its default render priority for
+# the html builder, after widgets and JavaScript): a bundle with HTML and plain text shows its HTML.
+SHOWN_FIRST = ("text/html", "image/svg+xml", "image/png", "image/jpeg", "text/markdown", "text/latex", "text/plain")
+
+
+def shown_text(output: dict) -> str:
+    """The HTML or Markdown an output shows on a page ("" when it shows an image or plain text)."""
+    data = output.get("data", {})
+    mime = next((m for m in SHOWN_FIRST if m in data), None)
+    if mime not in ("text/html", "text/markdown"):
+        return ""
+    return "".join(data[mime]) if isinstance(data[mime], list) else data[mime]
+
+
 def notebook_facts(path: Path) -> dict:
-    """What the page of one notebook must show: its formulas, folded answers, figures, Colab link."""
+    """What the page of one notebook must show: its formulas, folded answers (``<details>`` in its markdown
+    cells and in the HTML its cells printed), figures, the Colab link and how often the page links it."""
     nb = json.loads(path.read_text(encoding="utf-8"))
     markdown = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"]
     outputs = [o for c in nb["cells"] for o in c.get("outputs", [])]
+    colab = f"https://colab.research.google.com/github/txl-tutorial/txl-tutorial/blob/main/notebooks/{path.name}"
     return {
         "page": f"notebooks/{path.stem}.html",
         "math": sum(count_math(m) for m in markdown),
-        "details": sum(m.count("<details") for m in markdown),
+        "details": sum(t.count("<details") for t in [*map(strip_code, markdown), *map(shown_text, outputs)]),
         "figures": sum("image/png" in o.get("data", {}) for o in outputs),
         "widgets": sum(build.WIDGET_MIME in o.get("data", {}) for o in outputs),
-        "colab": f"https://colab.research.google.com/github/txl-tutorial/txl-tutorial/blob/main/notebooks/{path.name}",
+        "colab": colab,
+        "colab_links": sum(m.count(colab) for m in markdown) + 1,  # the notebook's own, and the header's button
     }
 
 

@@ -12,6 +12,7 @@ from html.parser import HTMLParser
 
 import pytest
 
+import txl_minimal
 from book_site import INSTALL, ROOT, build, built_site, count_math, missing_packages, notebook_facts, site_pages
 
 NOTEBOOKS = build.notebooks()
@@ -82,7 +83,7 @@ def test_the_api_page_indexes_every_public_name_and_gives_each_its_entry():
     page = build.api_page()
     public = build.public_names()
     entries = build.api_entries()
-    assert [e.name for e in entries[:len(public)]] == public and len(public) >= 25
+    assert [e.name for e in entries[:len(public)]] == public == list(txl_minimal.__all__)
     index = page.split("\n## ")[0]
     for e in entries:
         assert f"| [`{e.name}`](#{e.anchor}) | `{e.imported_from}` |" in index
@@ -155,8 +156,9 @@ def test_docstring_sections_and_indented_text_render_as_blocks():
 
 def test_a_long_signature_is_shown_one_parameter_a_line():
     assert build.signature("f", ["a: int", "b: str = 'x'"], "None") == "f(a: int, b: str = 'x') -> None"
-    long = build.signature("f", [f"argument_{i}: int = {i}" for i in range(6)], "dict").splitlines()
-    assert long[0] == "f(" and long[1] == "    argument_0: int = 0," and long[-1] == ") -> dict" and len(long) == 8
+    n = 6
+    long = build.signature("f", [f"argument_{i}: int = {i}" for i in range(n)], "dict").splitlines()
+    assert long[0] == "f(" and long[1] == "    argument_0: int = 0," and long[-1] == ") -> dict" and len(long) == n + 2
 
 
 def test_the_colab_badge_image_comes_from_the_site_and_its_link_stays():
@@ -169,7 +171,7 @@ def test_the_colab_badge_image_comes_from_the_site_and_its_link_stays():
 def test_the_explorer_becomes_its_stored_figure_under_a_line_saying_it_is_live_in_jupyter():
     nb = json.loads(NB05.read_text(encoding="utf-8"))
     before = copy.deepcopy(nb)
-    assert build.static_widgets(nb) == notebook_facts(NB05)["widgets"] == 1
+    assert build.static_widgets(nb) == notebook_facts(NB05)["widgets"] > 0
     assert "widgets" not in nb["metadata"]  # no widget state: no widget JavaScript is asked for
     outs = [(i, o) for i, c in enumerate(nb["cells"]) for o in c.get("outputs", [])]
     assert not [i for i, o in outs if build.WIDGET_MIME in o.get("data", {})]
@@ -263,7 +265,9 @@ def test_the_site_has_the_landing_page_the_package_map_every_notebook_and_every_
     docs = [f"{page}.html" for chapter in build.CHAPTERS.values() for page in chapter if page.startswith("docs/")]
     built = {"index.html", "package_map.html", "api.html", "contributing.html"}
     assert built | notebook_pages | set(docs) <= set(pages)
-    assert len(notebook_pages) == len(NOTEBOOKS) == 9 and len(docs) == len(build.docs_pages()) > 0
+    # every notebook of notebooks/ is a page (build.notebooks() reads NN_*.ipynb: a notebook named otherwise is missed)
+    assert len(notebook_pages) == len(NOTEBOOKS) == len(list((ROOT / "notebooks").glob("*.ipynb")))
+    assert len(docs) == len(build.docs_pages()) > 0
     index = " ".join(pages["index.html"].text)
     assert "Transformer-XL in five lines" in index and "Notation (every notebook)" in index  # the README, whole
     assert "Neither the time nor the perplexity was measured here" in " ".join(pages["docs/training.html"].text)
@@ -309,8 +313,9 @@ def test_each_notebook_page_shows_its_formulas_figures_folded_answers_and_colab_
     # its own figures, the explorer's (notebook 05) and the Colab badge; all are files of the site
     figures = [i for i in page.images if "/_images/" in "/" + i and not i.endswith("colab-badge.svg")]
     assert len(figures) == facts["figures"] + facts["widgets"], (len(figures), facts)
-    assert page.links.count(facts["colab"]) >= 2  # the badge of its first cell and the header's button
-    answers = [d for d in page.details if "class" not in d]  # the "Why?" and exercise answers
+    assert page.links.count(facts["colab"]) == facts["colab_links"]  # its own (the badge) and the header's button
+    # the "Why?" and exercise answers, and those a cell printed; not MyST-NB's "Show code cell source" toggles
+    answers = [d for d in page.details if "hide" not in (d.get("class") or "").split()]
     assert len(answers) == facts["details"] > 0 and not [d for d in answers if "open" in d]
     if facts["widgets"]:
         assert "Live in Jupyter:" in " ".join(page.text)

@@ -179,7 +179,8 @@ def test_jupyterlab_serves_notebooks_and_runs_the_venv_kernel(tmp_path):
 
         # notebook 01 opens, and asks for that kernel
         nb = lab.json(f"/api/contents/{NOTEBOOK}")
-        assert nb["type"] == "notebook" and len(nb["content"]["cells"]) > 5
+        stored = json.loads((NOTEBOOKS / NOTEBOOK).read_text(encoding="utf-8"))
+        assert nb["type"] == "notebook" and len(nb["content"]["cells"]) == len(stored["cells"])
         assert nb["content"]["metadata"]["kernelspec"]["name"] == name
 
         # start it through the REST API and run one cell over its websocket

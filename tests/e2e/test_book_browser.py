@@ -184,12 +184,11 @@ def test_every_page_of_the_book_renders_in_a_real_browser(site, browser):
     problems = {page: seen["problems"] for page, seen in pages.items() if seen["problems"]}
     assert not problems, problems
     assert not broken_links(site, pages)
-    assert sum(seen["typeset"] for seen in pages.values()) > 400  # the notebooks' formulas, typeset
 
     for path in build.notebooks():
         facts = notebook_facts(path)
         seen = pages[facts["page"]]
-        assert seen["mathCount"] == facts["math"], facts["page"]
+        assert seen["typeset"] >= seen["mathCount"] == facts["math"] > 0, facts["page"]  # each formula, typeset
         assert facts["colab"] in seen["links"], f"{facts['page']}: no Open in Colab link"
         answers = seen["details"]
         assert len(answers) == facts["details"] > 0, facts["page"]

@@ -13,6 +13,7 @@ Skips, with one line saying what to install, where chromium, chromedriver or sel
 """
 from __future__ import annotations
 
+import ast
 import json
 import os
 import time
@@ -100,6 +101,20 @@ def stored_figures(path: Path) -> int:
     """image/png outputs in the committed notebook."""
     nb = json.loads(path.read_text())
     return sum("image/png" in o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", []))
+
+
+def interact_sliders(path: Path) -> list[str]:
+    """The names of the sliders the notebook's ``widgets.interact(f, name=(lo, hi), ...)`` call makes, in order
+    (read from its code cells: the explorer's sliders are counted from the call that makes them)."""
+    nb = json.loads(path.read_text())
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] != "code" or "interact(" not in source:
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "interact":
+                return [k.arg for k in node.keywords if isinstance(k.value, ast.Tuple)]
+    raise AssertionError(f"{path.name} has no interact(...) call")
 
 
 def wait_for(check, timeout: float, what: str, poll: float = 0.5):
@@ -209,9 +224,12 @@ def test_notebooks_run_in_jupyterlab_in_a_real_browser(lab, browser):
         # notebook 05's explorer: move its last slider (the query) and the figure must change
         browser.execute_script("window.jupyterapp.shell.activateById(arguments[0])", panels["05"])
         before = wait_for(lambda: browser.execute_script(WIDGET_IMG, panels["05"]), 60, "the explorer's figure")
-        handles = browser.find_elements(By.CSS_SELECTOR, ".widget-interact .widget-slider .noUi-handle")
-        readouts = browser.find_elements(By.CSS_SELECTOR, ".widget-interact .widget-slider .widget-readout")
-        assert len(handles) == 3 == len(readouts), "the explorer has sliders layer, head and query"
+        slider = ".widget-interact .widget-slider"
+        handles = browser.find_elements(By.CSS_SELECTOR, f"{slider} .noUi-handle")
+        readouts = browser.find_elements(By.CSS_SELECTOR, f"{slider} .widget-readout")
+        labels = [e.text for e in browser.find_elements(By.CSS_SELECTOR, f"{slider} .widget-label")]
+        sliders = interact_sliders(next(NOTEBOOKS.glob("05_*.ipynb")))
+        assert labels == sliders and len(handles) == len(sliders) == len(readouts), (labels, sliders)
         handle, readout = handles[-1], readouts[-1]
         browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", handle)
         value = int(readout.text)  # the last query, TGT_LEN - 1
