@@ -141,6 +141,8 @@ def course_names(text: str) -> set[str]:
             continue
         module = "txl_minimal"  # a bare name is the package's, else the module's named before it (read_with_memory)
         for span in re.findall(r"`([^`]+)`", row.rstrip(" |").split(" | ")[-1]):
+            if span.startswith("python -m "):  # a command, not a name
+                continue
             name = re.match(r"[\w.]+", span)[0].removesuffix(".")
             if name.startswith("txl_minimal."):
                 found.add(name)

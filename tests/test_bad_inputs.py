@@ -378,9 +378,9 @@ def test_an_allocation_failure_names_the_length_to_lower(tiny_model, monkeypatch
 
 
 def test_a_segment_larger_than_the_machine_is_refused_before_it_runs(tiny_model, monkeypatch):
-    from txl_minimal import evaluate as evaluate_py
+    from txl_minimal import segments
     model = tiny_model()
-    monkeypatch.setattr(evaluate_py, "device_memory", lambda device: 10_000)  # bytes; 40 x 40 x 2 heads: 12,800
+    monkeypatch.setattr(segments, "device_memory", lambda device: 10_000)  # bytes; 40 x 40 x 2 heads: 12,800
     with monkeypatch.context() as patch:
         patch.setattr(model, "segment", lambda *a, **k: pytest.fail("ran the segment"))
         with pytest.raises(ValueError, match=r"evaluate: segments of tgt_len=40 with mem_len=6 in 1 column\(s\) need "

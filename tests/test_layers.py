@@ -51,8 +51,9 @@ ALLOWED = {
     "tasks": {"model", "utils", "safetensors_io"},  # the recall stream and its models
     "reference": {"model"},  # the naive key-by-key model the tests trust (it reads model.py's sinusoid_table)
     "checkpoint": {"model", "data", "utils", "safetensors_io"},
+    "segments": {"model", "checkpoint", "validation", "provenance"},  # read_segments; does a segment fit
     "evaluate": {"model", "data", "utils", "checkpoint", "validation", "fast", "provenance",  # checks once; compile
-                 "stats"},  # its command line's comparisons
+                 "stats", "segments"},  # its command line's comparisons
     "presets": {"model", "data"},  # the presets' settings (their TrainConfig is made in train.py)
     "devices": {"model", "data", "machine", "validation", "fast"},  # DDP, precision, compile, Adam
     "train_config": {"model", "data", "machine", "validation", "presets", "devices", "text_file"},  # TrainConfig

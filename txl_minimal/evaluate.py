@@ -20,11 +20,9 @@ over blocks of --block predictions); two runs must score the same characters. No
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Optional
 
@@ -37,149 +35,11 @@ from txl_minimal import fast, provenance, stats, validation
 from txl_minimal.checkpoint import (BEST, NAMES, checkpoint_file, checkpoint_vocab, describe_vocab, load_checkpoint,
                                     model_from_checkpoint, model_vocab, unwrap, vocab_entry)
 from txl_minimal.data import CORPORA, CorpusError, as_ids, is_corpus_path, load_corpus
-from txl_minimal.model import TransformerXL, TXLOutput
+from txl_minimal.model import TransformerXL
 from txl_minimal.utils import (LN2, Once, callable_module, check_device, int_at_least, score_name, score_of,
                                terminal_progress)
-from txl_minimal.validation import as_int
-
-
-def read_segments(model: TransformerXL, tokens: torch.Tensor, targets: Optional[torch.Tensor] = None,
-                  tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
-                  clamp_len: Optional[int] = None, same_length: Optional[bool] = None,
-                  first_len: Optional[int] = None, attn_last: int = 0,
-                  terms: bool = False) -> Iterator[tuple[int, TXLOutput]]:
-    """Read a long text segment by segment, carrying the memory (Sec. 3.2), in eval mode.
-
-    ``tokens`` (B, N) ids are cut into segments of ``tgt_len``; ``targets`` (B, N), if given, are
-    scored (``output.nll``). ``tgt_len``, ``mem_len``, ``clamp_len``, ``same_length``: the lengths
-    to read with (None: the model's own; they are restored afterwards). ``first_len`` is the first
-    segment's length; the last ``attn_last`` segments also return their attention (and the score
-    terms with ``terms``). Ids taken from a corpus (``corpus.valid[None]``, a view of it) of another
-    unit or vocabulary than the model's are a ValueError naming both (``provenance.check_vocab``).
-
-    The inputs are checked once, here (``model(...)`` would check every segment's ids again,
-    and on a GPU each check waits for the queued work); the segments run ``model.segment``.
-
-    Yields:
-        ``(start, output)`` for each segment ``tokens[:, start:start + tgt_len]``, ``output`` its
-        ``TXLOutput`` (its ``mems`` are what the next segment reads).
-
-    Examples:
-        >>> model = load_pretrained("txl-tiny")
-        >>> ids = as_ids(encode("the king of the north and the queen of the south " * 2))[None]   # (1, 98)
-        >>> [(start, out.nll.shape[1]) for start, out in read_segments(model, ids[:, :-1], ids[:, 1:], tgt_len=32)]
-        [(0, 32), (32, 32), (64, 32), (96, 1)]
-        >>> *_, (start, last) = read_segments(model, ids[:, :96], tgt_len=32, mem_len=64, attn_last=1)
-        >>> start, last.attn[0].shape                         # (B, n_head, T, M + T): 64 remembered
-        (64, torch.Size([1, 4, 32, 96]))
-    """
-    for ids in (tokens, targets):  # ids of a corpus of another vocabulary than the model's: said
-        provenance.check_vocab(model_vocab(model), ids, "read_segments")
-    yield from _read(model, None, tokens, targets, tgt_len, mem_len, clamp_len, same_length, first_len,
-                     attn_last, terms)
-
-
-def _read(model: TransformerXL, run, tokens, targets, tgt_len, mem_len, clamp_len, same_length,
-          first_len=None, attn_last=0, terms=False, caller: str = "read_segments") -> Iterator[tuple[int, TXLOutput]]:
-    """``read_segments``, each segment run by ``run`` (a compiled ``model.segment``; None: itself);
-    ``caller`` names the function in messages."""
-    device = next(model.parameters()).device
-    tokens = validation.token_tensor(tokens, "read_segments' tokens", device)  # a list of rows: a tensor
-    if tokens.dim() != 2:
-        raise ValueError(f"read_segments reads token ids of shape (batch, seq), got {tuple(tokens.shape)}. Fix: one "
-                         "stream as one row, tokens[None] (a tensor: torch.as_tensor(ids)[None])")
-    first_len, = _check_counts(caller, 1, first_len=first_len)  # 0 would silently mean tgt_len
-    attn_last, = _check_counts(caller, 0, attn_last=attn_last)
-    tokens, targets = validation.check_inputs(model, tokens, None, targets)
-    own = model.cfg.tgt_len
-    with model.lengths(tgt_len, mem_len, clamp_len, same_length):
-        L, M, (B, n) = model.cfg.tgt_len, model.cfg.mem_len, tokens.shape
-        check_fits(model, B, max(L, first_len or 0), M, n, caller, own)
-        starts = [0] + list(range(first_len or L, n, L))
-        mems = None
-        for k, (s, e) in enumerate(zip(starts, starts[1:] + [n])):
-            keep = k >= len(starts) - attn_last
-            y = None if targets is None else targets[:, s:e]
-            with out_of_memory_said(model, B, e - s, M, caller, own):
-                if run is None or keep:  # (the compiled segment returns no attention)
-                    out = model.segment(tokens[:, s:e], mems, y, return_attn=keep, return_terms=keep and terms)
-                else:
-                    out = run(tokens[:, s:e], mems, y)
-            mems = out.mems
-            yield s, out
-
-
-def _check_counts(caller: str, low: int, **values) -> list[Optional[int]]:
-    """The counts as Python ints (None stays None), in order; ValueError naming the first that is
-    given but not an integer >= ``low`` (a NumPy integer such as np.int64(16) is one)."""
-    for name, value in values.items():
-        if value is not None and (as_int(value) is None or as_int(value) < low):
-            kind = "a positive integer" if low == 1 else f"an integer >= {low}"
-            raise ValueError(f"{caller}: {name} must be {kind}, got {value!r}")
-    return [None if v is None else as_int(v) for v in values.values()]
-
-
-def _check_positive(caller: str, **values: Optional[int]) -> list[Optional[int]]:
-    """``_check_counts`` of counts that must be at least 1."""
-    return _check_counts(caller, 1, **values)
-
-
-# -- memory: a segment too large to fit is said before it runs, or when its allocation fails -------------
-
-def _score_bytes(model: TransformerXL, batch: int, qlen: int, klen: int) -> int:
-    """Bytes of one layer's attention scores for a segment: batch x n_head x qlen x klen floats (float32:
-    the softmax is taken in it). The attention makes a few such tensors: a lower bound on its peak."""
-    return batch * model.cfg.n_head * qlen * klen * 4
-
-
-def device_memory(device: torch.device) -> Optional[int]:
-    """Bytes of memory ``device`` has in all (a CPU: the machine's RAM), or None where unknown."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):  # Windows has no sysconf
-        return None
-
-
-def _too_large(batch: int, qlen: int, mem_len: int, caller: str, own: int, need: int, what: str) -> ValueError:
-    """The sentence for a segment that does not fit: its lengths, the memory it needs, the length to lower
-    (``own``: the model's own tgt_len, named when the segments are longer)."""
-    own = f" (this model's own is {own:,})" if qlen > own else ""
-    return ValueError(f"{caller}: segments of tgt_len={qlen:,} with mem_len={mem_len:,} in {batch:,} column(s) "
-                      f"need {need / 1e9:,.1f} GB for one layer's attention scores alone (batch x n_head x tgt_len "
-                      f"x (mem_len + tgt_len) floats); {what}. Fix: a smaller tgt_len{own} (the cost grows with "
-                      "its square), mem_len or batch_size")
-
-
-def check_fits(model: TransformerXL, batch: int, qlen: int, mem_len: int, n: int, caller: str, own: int) -> None:
-    """ValueError if one segment's attention scores alone exceed all the memory of the model's device:
-    refused before it runs (the kernel would kill the process, saying nothing). ``n``: tokens per column."""
-    qlen = min(qlen, n)
-    need = _score_bytes(model, batch, qlen, min(mem_len + qlen, n))
-    have = device_memory(next(model.parameters()).device)
-    if have is not None and need > have:
-        raise _too_large(batch, qlen, mem_len, caller, own, need, f"this machine has {have / 1e9:,.1f} GB in all")
-
-
-def is_out_of_memory(e: BaseException) -> bool:
-    """``e`` is an allocation that failed (torch's CPU allocator, CUDA's, or Python's MemoryError)."""
-    oom = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
-    return isinstance(e, (MemoryError, oom)) or isinstance(e, RuntimeError) and any(
-        words in str(e) for words in ("can't allocate memory", "not enough memory", "out of memory"))
-
-
-@contextlib.contextmanager
-def out_of_memory_said(model: TransformerXL, batch: int, qlen: int, mem_len: int, caller: str, own: int):
-    """An allocation failure inside the block becomes ``_too_large``'s sentence (torch's names a byte
-    count inside ``attention_mask`` or a matmul, not the length to lower)."""
-    try:
-        yield
-    except Exception as e:
-        if not is_out_of_memory(e):
-            raise
-        need = _score_bytes(model, batch, qlen, mem_len + qlen)
-        raise _too_large(batch, qlen, mem_len, caller, own, need, "the allocation failed") from None
+from txl_minimal.segments import (_check_counts, _check_positive, _read, check_fits, device_memory,  # noqa: F401
+                                  is_out_of_memory, out_of_memory_said, read_segments)
 
 
 def _scored_ids(data, limit: Optional[int], caller: str) -> tuple[torch.Tensor, int]:
