@@ -55,9 +55,10 @@ from pathlib import Path
 from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # --ship, --pack and the scores import txl_minimal from this checkout
 PREPARED = ROOT / ".gpu-journey"  # --prepare writes base/ (the base commit's txl_minimal) and source.json
-# The last commit before the GPU levers: 35c88ea (issue 30 section 4, no host sync, fused Adam, compile) and every
-# other issue-30 change branched from it; the one H100 run so far measured this code (benchmarks/README.md).
+# The last commit before the GPU levers: main when issue 30 began; every issue-30 branch started from it, 35c88ea
+# (section 4's levers: no host sync, fused Adam, torch.compile) among them (git log --graph a41eba0).
 BASE_COMMIT = "1ca0d58"
 PARTS = ("pair", "nb04", "test-gpu", "compare", "score")  # the order of priority
 TWINS = {"txl": [], "vanilla": ["attn_type=abs", "mem_len=0"]}  # name -> --set beyond the pair's own
@@ -281,8 +282,8 @@ def install_wheels() -> Optional[str]:
     return f"installed {len(list(WHEELS.glob('*.whl')))} wheels from .whl/ into {SITE}"
 
 
-def refusal(found: dict, opts, base: Optional[Path]) -> Optional[str]:
-    """The one sentence that stops the journey before it starts, or None."""
+def refusal(found: dict, opts, base: Optional[Path] = ROOT) -> Optional[str]:
+    """The one sentence that stops the journey before it starts, or None (``base``: gpu_compare's tree)."""
     py, missing = found.get("executable", sys.executable), [m for m, v in found["modules"].items() if v is None]
     if "torch_error" in found:
         return f"torch does not import in {py} ({found['torch_error']}): install it, or run this with another python."
@@ -421,37 +422,36 @@ class Journey:
                 self.children[p.pid] = (part, p)
                 started.append((p, argv, log, run_dir, time.time(), now()))
         self.save()
-        codes = []
-        for p, argv, log, run_dir, t0, when in started:
-            code = p.wait()
-            codes.append(code)
-            with self.lock:
-                self.children.pop(p.pid, None)
-            self.record(run_dir, command=dict(argv=argv, cwd=str(cwd), started=when, seconds=round(time.time() - t0, 1),
-                                              exit=code, log=str(log.relative_to(self.results))))
+        codes: dict[int, int] = {}
+        while len(codes) < len(started):  # (each one's time: when it ended, not when it was waited for)
+            for p, argv, log, run_dir, t0, when in started:
+                if p.pid in codes or (code := p.poll()) is None:
+                    continue
+                codes[p.pid] = code
+                with self.lock:
+                    self.children.pop(p.pid, None)
+                self.record(run_dir, command=dict(argv=argv, cwd=str(cwd), started=when, exit=code,
+                                                  seconds=round(time.time() - t0, 1),
+                                                  log=str(log.relative_to(self.results))))
+            time.sleep(0.1)
         self.save()
-        return None if self.cutting else codes
+        return None if self.cutting else [codes[p.pid] for p, *_ in started]
 
     def cut(self, reason: str) -> None:
-        """Stop the journey: one SIGTERM to each process (a training saves its step), no new process."""
+        """Stop the journey: one SIGTERM to each process group (a training saves its step), no new process."""
         with self.lock:
             if self.cutting:
                 return
             self.cutting, self.deadline = reason, time.time() + GRACE
-            procs = [p for _, p in self.children.values()]
-        say(f"cut ({reason}): one SIGTERM to each of {len(procs)} process group(s); trainings save their step")
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+        say(f"cut ({reason}): one SIGTERM to each of {len(self.children)} process group(s); trainings save their step")
+        self.signal_all(signal.SIGTERM)
 
-    def kill_left(self) -> None:
+    def signal_all(self, sig: int) -> None:
         with self.lock:
             procs = [p for _, p in self.children.values()]
         for p in procs:
             try:
-                os.killpg(p.pid, signal.SIGKILL)
+                os.killpg(p.pid, sig)
             except ProcessLookupError:
                 pass
 
@@ -485,8 +485,8 @@ class Journey:
             if not any(t.is_alive() for t in self.threads.values()) and \
                     (self.cutting or "waiting" not in self.status.values()):
                 break
-            if self.cutting and time.time() > self.deadline:
-                self.kill_left()
+            if self.cutting and time.time() > self.deadline:  # GRACE seconds after the SIGTERM
+                self.signal_all(signal.SIGKILL)
             time.sleep(poll)
         for part, st in self.status.items():
             if st == "waiting":
@@ -593,19 +593,18 @@ def notebook_input(j: Journey, folder: Path) -> Path:
     """Notebook 04 as it is, or with --tiny its first code cells (and a note saying where it stops)."""
     if j.s["nb_cells"] is None:
         return NOTEBOOK
-    import nbformat
-    nb = nbformat.read(str(NOTEBOOK), as_version=4)
+    nb = json.loads(NOTEBOOK.read_text())  # (nbformat's JSON; importing nbformat here would cost seconds)
     keep, code = [], 0
-    for cell in nb.cells:
-        if cell.cell_type == "code":
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
             if code == j.s["nb_cells"]:
                 break
             code += 1
         keep.append(cell)
-    nb.cells = keep + [nbformat.v4.new_markdown_cell(f"*(The rehearsal, --tiny, stops here: notebook 04's first "
-                                                     f"{code} code cells.)*")]
+    note = f"*(The rehearsal, --tiny, stops here: notebook 04's first {code} code cells.)*"
+    nb["cells"] = keep + [dict(cell_type="markdown", id="rehearsal-stops-here", metadata={}, source=[note])]
     path = folder / "input.ipynb"
-    nbformat.write(nb, str(path))
+    path.write_text(json.dumps(nb, indent=1) + "\n")
     return path
 
 
@@ -625,12 +624,13 @@ def run_nb04(j: Journey, folder: Path) -> tuple[str, str]:
 
 
 def run_test_gpu(j: Journey, folder: Path) -> tuple[str, str]:
-    select = ["GPU_TESTS=-k 'not notebook'"]
+    # (-p no:nbval: where nbval is installed, it would import nbformat and jsonschema for nothing, seconds of CPU)
+    select = ["GPU_TESTS=-k 'not notebook' -p no:nbval"]
     if shutil.which("make"):
         argv = ["make", "--no-print-directory", "test-gpu", f"GPU_PY={sys.executable}", *select]
     else:  # what make test-gpu runs
         argv = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/gpu", "-k",
-                "not notebook"]
+                "not notebook", "-p", "no:nbval"]
     codes = j.run("test-gpu", [(argv, folder / "output.log", folder)])
     tail = [line for line in last_run(folder / "output.log") if line.strip()]
     start = next((i for i, line in enumerate(tail) if "short test summary" in line), max(0, len(tail) - 1))
@@ -817,7 +817,7 @@ def status(results: Path, wait: float = 0, since: Optional[int] = None) -> int:
 
 # ----------------------------------------------------------------------------- --ship, --pack
 
-def ship(results: Path, to: Path, device: str = "cpu") -> list[dict]:
+def ship(results: Path, to: Path, device: Optional[str] = None) -> list[dict]:
     """The pair's best.pt as txl-gpu and vanilla-gpu in ``to``: float16 safetensors (a checksum inside, size and
     SHA-256 in ``to``/MANIFEST.json), the log, and NAME.json (settings, training time, the GPU, the bpc of the
     stored float16 weights on text8-mini's valid and test splits); each loaded back and checked after writing."""
@@ -829,6 +829,7 @@ def ship(results: Path, to: Path, device: str = "cpu") -> list[dict]:
     from txl_minimal.evaluate import evaluate
     from txl_minimal.utils import write_shipped
 
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")  # (the bpc of the stored weights)
     pair = read_json(results / "pair" / "run.json") or {}
     if pair.get("status") != "done":
         steps = ", ".join(f"{n} at step {last_step(results / 'pair' / n):,}" for n in TWINS)
@@ -886,6 +887,8 @@ def pack(results: Path, dest: Path) -> list[Path]:
     checkpoints and the shipped weights) and ship/*.safetensors beside it; the pair shipped first if it is
     done and not shipped yet."""
     ship_dir = results / "ship"
+    if dest.resolve().is_relative_to(results.resolve()):
+        raise ValueError(f"--pack {dest} is inside the results folder {results}, which it packs. Fix: another folder")
     pair = read_json(results / "pair" / "run.json") or {}
     if pair.get("status") == "done" and not all((ship_dir / f"{n}.safetensors").exists() for n in SHIPPED.values()):
         journal = read_json(results / "journey.json") or {}
@@ -958,7 +961,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if opts.ship:
             if not opts.to:
                 p.error("--ship needs --to FOLDER (where txl-gpu and vanilla-gpu are written)")
-            ship(Path(opts.ship), Path(opts.to), opts.device or "cpu")
+            ship(Path(opts.ship), Path(opts.to), opts.device)
             return 0
         if opts.pack:
             pack(Path(opts.results), Path(opts.pack))
@@ -999,12 +1002,15 @@ def launch(p: argparse.ArgumentParser, opts, argv: list[str]) -> int:
         if wheels:
             env = child_env(SITE, 1)
             found = check(env, opts.tiny)
-    base, base_line = (None, "not needed (--skip compare)") if "compare" not in opts.parts else base_tree(opts)
+    base, base_line = None, "not needed (--skip compare)" if "compare" not in opts.parts else "not looked for"
+    if (why := refusal(found, opts)) is None and "compare" in opts.parts:  # (prepared from git if it can be)
+        base, base_line = base_tree(opts)
+        why = refusal(found, opts, base)
     commit = commit_info()
     print(f"gpu_journey: {results}" + (" (continuing)" if journal else ""), flush=True)
     for line in report(found, commit, base_line, wheels, opts):
         print("  " + line, flush=True)
-    if (why := refusal(found, opts, base)):
+    if why:
         print(f"stopped: {why}", flush=True)
         return 2
     results.mkdir(parents=True, exist_ok=True)
@@ -1038,11 +1044,16 @@ def detach(results: Path, argv: list[str], wait: float) -> int:
         proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *child], stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                 env=dict(os.environ, **{DETACHED: "1"}))
-    while (read_json(results / "journey.json") or {}).get("pid") != proc.pid and proc.poll() is None:
+    t_end = time.time() + 120
+    while (read_json(results / "journey.json") or {}).get("pid") != proc.pid and proc.poll() is None \
+            and time.time() < t_end:
         time.sleep(0.2)  # until it has checked the machine and started (or stopped: refused, or all done)
-    if proc.poll() is not None:
+    if proc.poll() is not None or (read_json(results / "journey.json") or {}).get("pid") != proc.pid:
         print(log.read_bytes()[since:].decode(errors="replace"), end="", flush=True)
-        return proc.returncode
+        if proc.poll() is None:
+            print(f"(pid {proc.pid} is still checking the machine after 120 s: python scripts/gpu_journey.py "
+                  f"--status {results} --wait 300 follows it)", flush=True)
+        return 3 if proc.returncode is None else proc.returncode
     print(f"the journey runs in the background (pid {proc.pid}), its output in {log}; progress: "
           f"python scripts/gpu_journey.py --status {results} --wait 300", flush=True)
     return status(results, wait, since)
