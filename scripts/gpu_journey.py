@@ -177,7 +177,7 @@ def commit_info() -> dict:
 # ----------------------------------------------------------------------------- --prepare, the start-up check
 
 def prepare(base: str) -> Path:
-    """.gpu-journey/: base/ (``base``'s txl_minimal, without its shipped models: all gpu_compare imports)
+    """.gpu-journey/: base/ (``base``'s txl_minimal without its shipped models and corpus: what gpu_compare imports)
     and source.json (this checkout's commit), for a GPU machine that gets the working tree without .git."""
     if not shutil.which("git") or not (ROOT / ".git").exists():
         raise SystemExit("--prepare needs git and this checkout's history; run it where the repository was cloned.")
@@ -187,7 +187,8 @@ def prepare(base: str) -> Path:
         raise SystemExit(f"commit {base} is not in this clone's history (a shallow clone?): git fetch --unshallow, "
                          "or pass --base-tree DIR to the journey.")
     raw = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", base, "--", "txl_minimal",
-                          ":(exclude)txl_minimal/pretrained"], capture_output=True, check=True).stdout
+                          ":(exclude)txl_minimal/pretrained", ":(exclude)txl_minimal/corpus"],  # (random ids: 0.4 MB)
+                         capture_output=True, check=True).stdout
     tmp = PREPARED / "base.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -1026,8 +1027,10 @@ def launch(p: argparse.ArgumentParser, opts, argv: list[str]) -> int:
         j.signalled = signum
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
-    print(f"  plan     pair ({j.s['minutes']:g} min of training) with notebook 04 beside it; then test-gpu and the "
-          "scores; then gpu_compare alone", flush=True)
+    plan = [f"pair ({j.s['minutes']:g} min of training)" * ("pair" in opts.parts),
+            "notebook 04 beside it" * ("nb04" in opts.parts), "then test-gpu" * ("test-gpu" in opts.parts),
+            "the scores" * ("score" in opts.parts), "then gpu_compare alone" * ("compare" in opts.parts)]
+    print(f"  plan     {', '.join(filter(None, plan))}", flush=True)
     return j.go()
 
 
