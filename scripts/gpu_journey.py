@@ -72,6 +72,7 @@ MAX_SHIPPED_MB = 15
 RESTORED = dict(device="cuda", tiny=False, train_minutes=None, skip=[], base=BASE_COMMIT, base_tree=None,
                 compare_args="")
 DETACHED = "GPU_JOURNEY_DETACHED"  # set in the environment of a journey started by --detach
+RUN = f"{'python' if shutil.which('python') else 'python3'} scripts/gpu_journey.py"  # as the hints name it
 GRACE = 60  # seconds a stopped process has to save its step before it is killed
 SCORE_BLOCK = 1000  # paired differences: standard errors over blocks of this many characters (pretrained.BLOCK)
 
@@ -758,7 +759,7 @@ def finish_command(results: Path) -> str:
     background if it ran there."""
     journal = read_json(results / "journey.json") or {}
     detached = " --detach --wait 540" if journal.get("options", {}).get("detached") else ""
-    return f"python scripts/gpu_journey.py --results {shlex.quote(str(results))}{detached}"
+    return f"{RUN} --results {shlex.quote(str(results))}{detached}"
 
 
 def summary(results: Path) -> list[str]:
@@ -776,7 +777,7 @@ def summary(results: Path) -> list[str]:
                      if word in states.values())
     rest = [p for p, st in states.items() if st not in ("done", "skipped")]
     if running:
-        end = f"running (pid {journal.get('pid')}): python scripts/gpu_journey.py --status {results} --wait 300"
+        end = f"running (pid {journal.get('pid')}): {RUN} --status {results} --wait 300"
     else:
         end = f"to finish the rest: {finish_command(results)}" if rest else "every part done"
     return lines + [f"{results}: {said}. {end}"]

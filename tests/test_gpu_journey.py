@@ -81,7 +81,7 @@ def test_a_cut_journey_keeps_what_finished_and_names_the_command_that_finishes_i
         assert rows[-1]["step"] == saved == CUT, name  # stopped mid-part, its checkpoint saved there
     last = out.strip().splitlines()[-1]
     assert "cut: pair" in last and "not started: test-gpu, compare, score" in last
-    assert last.endswith(f"to finish the rest: python scripts/gpu_journey.py --results {rehearsal.results}")
+    assert last.endswith(f"to finish the rest: {gpu_journey.RUN} --results {rehearsal.results}")
 
 
 def test_the_same_command_resumes_the_cut_training_and_runs_every_other_part(rehearsal):
@@ -142,6 +142,13 @@ def test_a_finished_journey_run_again_keeps_every_part(rehearsal):
     assert "every part done before, kept" in out and out.strip().endswith("every part done")
     assert {p: len(commands(rehearsal.results, p)) for p in rehearsal.counts} == rehearsal.counts  # nothing ran
     assert (rehearsal.results / "nb04" / "04_training_text8.ipynb").stat().st_mtime_ns == rehearsal.notebook
+
+
+def test_detach_runs_it_in_a_session_of_its_own_and_prints_its_output(rehearsal):
+    res = journey_command("--results", str(rehearsal.results), "--detach", "--wait", "30")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "every part done before, kept" in res.stdout and res.stdout.strip().endswith("every part done")
+    assert "every part done before, kept" in (rehearsal.results / "journey.log").read_text()
 
 
 def test_status_shows_each_part_and_the_last_line(rehearsal, capsys):
