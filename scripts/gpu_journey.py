@@ -611,6 +611,8 @@ def notebook_input(j: Journey, folder: Path) -> Path:
 
 
 def run_nb04(j: Journey, folder: Path) -> tuple[str, str]:
+    """Notebook 04 through scripts/run_notebook.py, its cells run in RESULTS/nb04 (a cell's error is recorded,
+    and the notebook goes on, as a reader's run would)."""
     src = notebook_input(j, folder)
     out = folder / NOTEBOOK.name
     codes = j.run("nb04", [([sys.executable, str(ROOT / "scripts" / "run_notebook.py"), str(src), str(out), "--cwd",
@@ -626,6 +628,7 @@ def run_nb04(j: Journey, folder: Path) -> tuple[str, str]:
 
 
 def run_test_gpu(j: Journey, folder: Path) -> tuple[str, str]:
+    """make test-gpu without its notebook test; its output kept, the summary (failures and skips) beside it."""
     # (-p no:nbval: where nbval is installed, it would import nbformat and jsonschema for nothing, seconds of CPU)
     select = ["GPU_TESTS=-k 'not notebook' -p no:nbval"]
     if shutil.which("make"):
@@ -643,7 +646,9 @@ def run_test_gpu(j: Journey, folder: Path) -> tuple[str, str]:
 
 
 def run_compare(j: Journey, folder: Path) -> tuple[str, str]:
-    done = []
+    """gpu_compare.py one shape at a time (a JSON each: a cut keeps the shapes done); a shape that fails is
+    said, and the next one runs."""
+    done, failed = [], []
     for shape in j.s["shapes"]:
         out = folder / f"{shape}.json"
         if out.exists():
@@ -656,12 +661,14 @@ def run_compare(j: Journey, folder: Path) -> tuple[str, str]:
         if codes is None:
             return "cut", f"shapes done: {', '.join(done) or 'none'}"
         if codes[0] != 0 or not out.exists():
-            return "failed", f"{shape}: exit {codes[0]} (see compare/{shape}.log)"
-        done.append(shape)
-    return "done", ", ".join(done)
+            failed.append(f"{shape} (exit {codes[0]}: compare/{shape}.log)")
+        else:
+            done.append(shape)
+    return ("failed" if failed else "done"), ", ".join(done) + (f"; failed: {', '.join(failed)}" if failed else "")
 
 
 def run_score(j: Journey, folder: Path) -> tuple[str, str]:
+    """The scores, in a process of their own (score_worker)."""
     if j.status.get("pair") != "done":
         return "not started", "the pair did not finish: nothing to score"
     codes = j.run("score", [([sys.executable, str(Path(__file__).resolve()), "--score-worker", str(j.results)],
