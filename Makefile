@@ -11,6 +11,8 @@
 #   make lint   ruff and codespell alone (`make test` runs them first)
 #   make test-gpu  tests/gpu on a CUDA GPU (skipped, in one line, without one); needs no setup step:
 #               the GPU machine's own python3 runs it (scripts/gpu_wheels.sh brings nbclient there)
+#   make gpu-journey  every GPU part in one command (scripts/gpu_journey.py, docs/gpu.md): the pair, notebook 04,
+#               test-gpu, gpu_compare, the scores; JOURNEY="--detach --wait 540" where a command is cut at 10 minutes
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -29,7 +31,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 LAB_ARGS ?=
 LAB_ROOT := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 
-.PHONY: setup lab demo test test-fast test-min test-gpu e2e book lint notebooks benchmark clean
+.PHONY: setup lab demo test test-fast test-min test-gpu gpu-journey e2e book lint notebooks benchmark clean
 
 $(VENV)/.installed: requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -131,6 +133,13 @@ test-gpu:
 	  $(GPU_PY) -m pytest -q -rs -p no:cacheprovider tests/gpu $(GPU_TESTS); rc=$$?; \
 	  if [ $$rc -eq 5 ] && $(GPU_PY) -c "import torch, sys; sys.exit(torch.cuda.is_available())"; then \
 	    echo "make test-gpu: no GPU here, nothing to run"; exit 0; fi; exit $$rc
+
+# The GPU journey (docs/gpu.md): the GPU pair, notebook 04, test-gpu, gpu_compare and the scores, as background
+# processes of one launch writing runs/gpu-journey/; run again, it skips what is done and resumes what was cut.
+# JOURNEY adds arguments: "--detach --wait 540", "--status", "--device cpu --tiny" (the rehearsal), "--prepare".
+JOURNEY ?=
+gpu-journey:
+	$(GPU_PY) scripts/gpu_journey.py $(JOURNEY)
 
 # Re-run the notebooks in place with the test environment (to refresh stored outputs).
 notebooks: setup
