@@ -92,6 +92,7 @@ ALLOWED = {
     "tutorial.solutions": {"tutorial.own_text"},  # their worked answers (09's prediction reads its results)
     "tutorial.ablation": {"model", "data", "utils", "train", "flops"},
     "tutorial.own_text": {"utils", "stats"},  # notebook 09: the stdlib corpus, its runs, their results
+    "tutorial.memory_gain": {"model", "evaluate", "scores", "stats"},  # the saving by position, pooled over stretches
 }
 
 
