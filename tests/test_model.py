@@ -509,3 +509,12 @@ def test_adaptive_span_gets_gradients_and_trimming_changes_nothing(tiny_model):
     # a span penalty is part of the loss
     plain = model(x[:, 18:], mems, targets=x[:, 18:])
     assert plain.loss > plain.nll.mean()
+
+
+@pytest.mark.parametrize("attn_type, keys", [("rel", "abcd"), ("shaw", "ab"), ("abs", "a"), ("abs_far", "a")])
+def test_the_terms_returned_are_the_ones_txloutput_names_for_each_attention(tiny_model, attn_type, keys):
+    model = tiny_model(attn_type=attn_type)
+    x = torch.randint(0, 27, (1, 6))
+    out = model(x, model(x).mems, return_terms=True)
+    assert [sorted(t) for t in out.terms] == [list(keys)] * model.cfg.n_layer
+    assert f'"{keys[-1]}"' in TXLOutput.__doc__  # the docstring lists each attention's keys

@@ -93,7 +93,8 @@ class TXLOutput:
         nll: (B, T) NLL of every target, in nats.
         attn: per layer (B, n_head, T, mlen + T) attention probabilities (``return_attn``).
         terms: per layer the terms before the 1/sqrt(d_head) scaling, NaN where masked (``return_terms``): "a", "b",
-            "c", "d" for "rel"; "a", "b" for "shaw"; "a" for "abs" and "abs_far".
+            "c", "d" for "rel" (adaptive span too); "a", "b" for "shaw"; "a" for "abs" and "abs_far" (their positions
+            enter with the input).
         rel_shift_input: per layer what rel_shift turns into (b) + (d), (q_i + v)^T W_k,R R_{klen-1-c} in column c
             (Appendix B's B~ + D~; "shaw": q_i^T a; ``return_terms``).
         hidden: per layer "memory" (B, mlen, d) and "input" (B, T, d), the two parts of the h~ it read, "attn" its
