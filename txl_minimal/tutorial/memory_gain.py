@@ -16,7 +16,9 @@ scripts/memory_by_position.py scores the shipped models this way (results/memory
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -30,6 +32,7 @@ STRETCH = 32_768  # characters (predictions) per held-out stretch
 STRETCHES = 4  # stretches per split (valid and test), spread evenly through it
 COLUMNS = 16  # each stretch is read as this many columns (evaluate's batch_size), each from an empty memory
 START = 8  # "the segment's start": its first 8 positions
+RESULTS = Path(__file__).resolve().parents[2] / "results" / "memory_by_position.json"
 
 
 def stretch_starts(n: int, k: int = STRETCHES, length: int = STRETCH) -> list[int]:
@@ -108,3 +111,26 @@ def by_region(curves: Sequence[np.ndarray], start: int = START) -> dict[str, sta
 def share_at_start(curve: np.ndarray, start: int = START) -> float:
     """The share of a curve's total saving made at the segment's first ``start`` positions."""
     return float(curve[:start].sum() / curve.sum())
+
+
+def load(path=None) -> dict:
+    """results/memory_by_position.json (``path``: another one) as scripts/memory_by_position.py wrote it."""
+    path = Path(path) if path else RESULTS
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing. Fix: git checkout results/memory_by_position.json, or run "
+                                "python scripts/memory_by_position.py (about 40 min on one CPU thread)")
+    return json.loads(path.read_text())
+
+
+def own_text_curves(results: dict, text: str) -> list[np.ndarray]:
+    """Notebook 09's saving curves of ``text`` ("code" or "text8"): one per (seed, stretch), seeds in order."""
+    by_seed = results["own_text"][text]["curves"]
+    return [np.asarray(c) for seed in sorted(by_seed) for c in by_seed[seed]]
+
+
+def past_start_verdict(results: dict, start: int = START) -> tuple[str, float, float]:
+    """Which text's models save more past the segment's first ``start`` positions: "code", "text8", or "neither"
+    where the difference (code minus text8) is within two of its standard errors; and that difference and SE."""
+    rest = {t: stats.pooled([(c[start:].mean(), 0.0) for c in own_text_curves(results, t)]) for t in ("code", "text8")}
+    diff, se = rest["code"].mean - rest["text8"].mean, float(np.hypot(rest["code"].se, rest["text8"].se))
+    return ("neither" if abs(diff) < 2 * se else "code" if diff > 0 else "text8"), diff, se
