@@ -362,6 +362,7 @@ def test_a_folder_where_a_corpus_file_goes_is_named_not_a_crash(run, tmp_path, n
     text, status = run()
     assert status == 0 and f"{name} is a folder, not a file" in text
     if name == "text8":
-        assert f"advice text8: move the text8 it holds into its place: mv {tmp_path / 'data' / 'text8' / 'text8'}" in text
+        inside = tmp_path / "data" / "text8" / "text8"
+        assert f"advice text8: move the text8 it holds into its place: mv {inside}" in text
     else:
         assert "move the folder out of the way (or delete it)" in text

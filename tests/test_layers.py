@@ -41,7 +41,7 @@ ALLOWED = {
     "text8": {"utils", "symbols", "corpora"},  # characters: text8, text8-mini
     "word_corpora": {"words", "symbols", "corpora", "text8"},  # words: text8-mini's, WikiText's
     "enwik8": {"words", "corpora"},  # bytes, as the authors prepare them
-    "text_file": {"symbols", "corpora", "words", "files"},  # your own UTF-8 file: chunked reading, its vocabulary, its cache
+    "text_file": {"symbols", "corpora", "words", "files"},  # your own UTF-8 file: chunked reading, vocabulary, cache
     "batching": set(),  # torch and numpy only: the ordered iterator
     # the corpora's front door; generate_text calls model.generate without importing the model
     "data": {"corpora", "text8", "word_corpora", "enwik8", "text_file", "symbols", "batching", "words"},

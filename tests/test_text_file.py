@@ -339,6 +339,12 @@ def test_a_data_folder_that_is_a_file_or_a_full_disk_leaves_the_corpus_in_memory
         corpus = load_corpus(path)
     assert np.array_equal(corpus.train, expected.train)
     assert sorted(p.name for p in (tmp_path / "data" / "own").iterdir()) == []  # no half cache, no .part
+    monkeypatch.setattr(np, "save", real)
+    monkeypatch.setenv("TXL_DATA_DIR", str(tmp_path / "other"))
+    (tmp_path / "other").mkdir()
+    write(tmp_path / "other" / "own", "a file where the cache folder goes")  # (was a raw FileExistsError)
+    with pytest.warns(UserWarning, match=r"m.txt: could not write its cache in .*other/own/ .*using it from memory"):
+        assert np.array_equal(load_corpus(path).train, expected.train)
 
 
 def test_a_write_killed_half_way_leaves_no_part_file_to_later_loads(tmp_path, data_dir):
@@ -631,6 +637,11 @@ def test_train_evaluate_and_generate_words_from_the_command_line(tmp_path, capsy
     assert text.startswith("the cat ") and len(text.split()) == 8 and set(text.split()) <= set(model.vocab)
     record = json.loads(next((tmp_path / "data" / "own").glob("*.vocab.json")).read_text(encoding="utf-8"))
     assert record["symbols"] == ckpt["vocab"]["symbols"]
+    other = write(tmp_path / "other.txt", "the cat sat on a zebra\n" * 40)  # another text, onto its 10 words
+    with pytest.warns(UserWarning, match=r"other.txt: 40 of its 280 words \(1 different: 'zebra'\) are not in the "
+                                         r"vocabulary it is read onto: read as <unk>"):  # (280: <eos> ends a line)
+        onto = evaluate_checkpoint(tmp_path / "run", corpus=str(other))
+    assert onto["unit"] == "word" and onto["tokens"] == round(280 * 0.1) - 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the cache the training wrote is read again: the same key
         result = evaluate_checkpoint(tmp_path / "run")

@@ -4,9 +4,10 @@
     python -m txl_minimal.doctor --quick   # without timing what amp="auto" would pick
 
 It prints Python and the packages against requirements-dev.txt's pins and the declared floors
-(requirements-min.txt, pyproject.toml), each imported (metadata alone does not say it works); the devices and what ``device="auto"`` and ``amp="auto"``
-would pick; whether text8, enwik8 and WikiText are on disk and intact; whether the shipped files match
-their manifests (in a clone: the notebooks and results/ there); free disk space where data and runs go; the Jupyter kernel the notebooks get;
+(requirements-min.txt, pyproject.toml), each imported (metadata alone does not say it works); the
+devices and what ``device="auto"`` and ``amp="auto"`` would pick; whether text8, enwik8 and WikiText
+are on disk and intact; whether the shipped files match their manifests (in a clone: the notebooks
+and results/ there); free disk space where data and runs go; the Jupyter kernel the notebooks get;
 then one line of advice per problem. The exit status is 1 when something a notebook needs is
 missing or broken, else 0. Plain text, no colours: it pastes as it prints.
 """
@@ -34,7 +35,8 @@ import torch
 
 from txl_minimal import enwik8, text8, word_corpora
 from txl_minimal.checkpoint import PRETRAINED_DIR
-from txl_minimal.corpora import CorpusError, Source, cache_files, check_text, folder_in_place, text8_dir, unzip_and_check
+from txl_minimal.corpora import (CorpusError, Source, cache_files, check_text, folder_in_place, text8_dir,
+                                 unzip_and_check)
 from txl_minimal.enwik8 import ENWIK8
 from txl_minimal.safetensors_io import SafetensorsError, load_file
 from txl_minimal.text8 import MINI_PATH, TEXT8

@@ -9,8 +9,9 @@ RUN_OR_NAME is a shipped model (its names are listed under RUN_OR_NAME below), a
 the model's own symbols (a text8 model: space and a-z; a model of your file: that file's
 characters; a word model: words, a line break read as <eos>), and --length tokens (characters; a
 word model: words, <eos> printed as a line break) are sampled after it, the memory carried (Sec.
-3.2); the unknown symbol (U+FFFD, <unk>) only where the training text held it (--allow-unknown: anyway). The prompt and its continuation are printed;
---seed fixes the draw, so the same command prints the same text. Nothing is written.
+3.2); the unknown symbol (U+FFFD, <unk>) only where the training text held it (--allow-unknown:
+anyway). The prompt and its continuation are printed; --seed fixes the draw, so the same command
+prints the same text. Nothing is written.
 """
 from __future__ import annotations
 

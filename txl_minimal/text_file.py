@@ -317,8 +317,9 @@ def _given_vocab(vocab, unit: str, max_vocab: int | None) -> str | tuple[str, ..
         raise ValueError(f"vocab must be the symbols of a vocabulary, each once (a model's: model.vocab, a corpus's: "
                          f"corpus.vocab), got {vocab!r:.80}")
     if unit == "character" and any(len(s) != 1 for s in symbols):
-        raise ValueError(f"vocab holds symbols longer than one character ({next(s for s in symbols if len(s) != 1)!r}): "
-                         "a word vocabulary. Fix: unit='word' (--unit word)")
+        longer = next(s for s in symbols if len(s) != 1)
+        raise ValueError(f"vocab holds symbols longer than one character ({longer!r}): a word vocabulary. Fix: "
+                         "unit='word' (--unit word)")
     return "".join(symbols) if unit == "character" else symbols
 
 

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from .. import provenance
-from ..data import VOCAB, as_ids, decode
+from ..data import VOCAB, as_ids
 from ..evaluate import read_segments
 from ..model import TransformerXL, attention_mask
 from .analysis import distance_matrix, scores_to_probs
