@@ -14,9 +14,16 @@ text8.py's load_text8 is these four lines and the reader of its cache:
 A zip is checked before it is read, a download before it is renamed into place: by the size and
 MD5 of its unzipped text (text8, enwik8; a copy placed unzipped is read too) or by its own MD5
 (WikiText); a zip of another SHA-256 whose content checks out only warns (a re-zip). What fails is
-a CorpusError naming the file (an HTML page where one came instead) and the fix, and leaves no
-file behind. A cache is written whole, its record (the vocabulary) last, and memory-mapped back;
-where the folder cannot take it the corpus is used from memory, with a warning saying so.
+a CorpusError naming the file (an HTML page where one came instead; a folder in its place, as
+``unzip text8.zip -d text8`` makes) and the fix, and leaves no file behind. A cache is written
+whole, its record (the vocabulary) last, and memory-mapped back; where the folder cannot take it
+(read-only, full, a file in its place) the corpus is used from memory, with a warning saying so;
+what a write killed half-way left is removed by the next (never a live process's).
+
+A checkpoint records the corpus its model trained on (``corpus_record``: a text file's path,
+SHA-256, unit, split and max_vocab, ``Corpus.reading``), so that evaluate and --resume read the
+same text the same way, and ``corpus_change`` says why a resume would not (an edited file, another
+file, the run's file missing from the command, a name $TXL_CORPUS chose).
 """
 
 from __future__ import annotations
