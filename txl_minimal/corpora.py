@@ -207,10 +207,9 @@ def corpus_change(saved: dict, used: dict) -> str | None:
         return (f"the run trained on {saved['name']}, but this resume reads {used['name']} because $TXL_CORPUS="
                 f"{env} is set, which overrides the corpus named (--corpus, TrainConfig.corpus). Fix: unset "
                 f"TXL_CORPUS (or set it to {saved['name']}) to resume on {saved['name']}")
-    theirs = shown_path(b["path"]) if b is not None else used["name"]
-    return (f"the run trained on {saved['name']}, but this resume reads {theirs}: the memory and data position "
-            f"would not line up. Fix: resume on its own corpus, --corpus {saved['name']}, or train afresh in "
-            "another --out")
+    theirs = b["path"] if b is not None else used["name"]
+    return (f"used corpus={saved['name']!r}, this run {theirs!r}: the memory and data position would not line up. "
+            f"Fix: resume on its own corpus, --corpus {saved['name']}, or train afresh in another --out")
 
 
 def split_corpus(ids: np.ndarray, heldout_fraction: float = 0.1) -> tuple[np.ndarray, ...]:
