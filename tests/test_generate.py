@@ -139,3 +139,12 @@ def test_the_unknown_character_is_not_drawn_unless_the_text_held_it(tmp_path, mo
     main([str(tmp_path / "m.safetensors"), "--prompt", "Мороз", "--length", "3", "--temperature", "0",
           "--allow-unknown"])
     assert capsys.readouterr().out == "Мороз" + UNKNOWN_CHAR * 3 + "\n"
+
+
+def test_exclude_is_checked_where_it_is_called():
+    model = word_model(("<eos>", "<unk>", "the", "cat"), unknown=0)
+    assert set(model.generate(torch.tensor([2]), 20, exclude=[0, 1, 3]).tolist()) == {2}  # only "the" is left
+    for bad, said in (([7], r"exclude holds ids outside \[0, 4\)"), (["x"], "exclude must be token ids"),
+                      ([0, 1, 2, 3], "exclude holds every id the model could draw")):
+        with pytest.raises(ValueError, match=said):
+            model.generate(torch.tensor([2]), 3, exclude=bad)
