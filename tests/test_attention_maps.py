@@ -140,6 +140,24 @@ def test_text_helpers():
     assert am.context_snippet(ids, 4, width=2) == "e [c]at"
 
 
+def test_text_helpers_read_the_ids_of_your_own_texts_vocabulary(tmp_path, monkeypatch):
+    """char_labels of an own-text model's ids said "ids must lie in [0, 27)", text8's, or labelled them with
+    text8's letters where they were below 27."""
+    from txl_minimal.data import load_corpus
+    monkeypatch.setenv("TXL_DATA_DIR", str(tmp_path / "data"))
+    (tmp_path / "ru.txt").write_text("Мороз и солнце; день чудесный! " * 60, encoding="utf-8")
+    corpus = load_corpus(tmp_path / "ru.txt")
+    ids = corpus.encode("Мороз и")
+    assert am.char_labels(torch.as_tensor(ids), vocab=corpus.vocab) == list("Мороз") + [am.SPACE, "и"]
+    assert am.context_snippet(ids.tolist(), 2, width=2, vocab=corpus.vocab) == "Мо[р]оз"
+    assert am.char_labels(corpus.valid[:5]) == [am.SPACE if c == " " else c for c in corpus.decode(corpus.valid[:5])]
+    big = torch.tensor([1, 30])  # past text8's 27 (ids of a larger vocabulary): said, with the fix
+    with pytest.raises(ValueError, match=r"char_labels: ids 1..\d+ are not ids of text8's 27 characters: they come "
+                                         r"from another vocabulary\. Fix: pass the model's or corpus's own, "
+                                         r"vocab=model.vocab"):
+        am.char_labels(big)
+
+
 def test_top_keys_matches_naive_sort():
     # 3 layers x 2 heads, 4 queries over 8 memory + 4 segment keys: query i sits at key 8 + i
     attn = random_probs(3, 2, qlen=4, klen=12, seed=3).float()

@@ -200,6 +200,31 @@ def test_network_error_is_clear(tmp_path):
     assert files(d) == set()
 
 
+@pytest.mark.parametrize("name, corpus", [("text8", "text8"), ("text8.zip", "text8"), ("enwik8", "enwik8"),
+                                          ("wikitext-2-v1.zip", "wt2")])
+def test_a_folder_where_a_corpus_file_goes_is_named_with_the_fix(tmp_path, monkeypatch, capsys, name, corpus):
+    """unzip text8.zip -d text8 leaves data/text8/text8: load_corpus and train --corpus text8 raised
+    IsADirectoryError (the doctor crashed on it: test_doctor.py)."""
+    from txl_minimal.train import main as train_main
+    monkeypatch.delenv("TXL_CORPUS", raising=False)
+    monkeypatch.setenv("TXL_DATA_DIR", str(tmp_path))
+    (tmp_path / name).mkdir()
+    if name == corpus:  # the unzipped text one level too deep
+        (tmp_path / name / name).write_text("the text")
+        fix = f"move the {name} it holds into its place: mv {tmp_path / name / name} {tmp_path / name}.moved"
+    else:
+        fix = "move the folder out of the way (or delete it)"
+    with pytest.raises(CorpusError, match=rf"{name} is a folder, not the .*\. Fix: {re.escape(fix)}"):
+        load_corpus(corpus, download=False)
+    with pytest.raises(SystemExit) as exited:
+        train_main(["--corpus", corpus, "--out", str(tmp_path / "run"), "--max-steps", "1", "--no-progress", "--set",
+                    "warmup_steps=1"])
+    assert exited.value.code == 2 and f"{name} is a folder, not the" in capsys.readouterr().err
+    if corpus == "text8":  # "auto" falls back to text8-mini, saying why in one line
+        assert load_corpus("auto", download=False).name == "text8-mini"
+        assert "is a folder" in capsys.readouterr().out
+
+
 def test_missing_text8_without_download(tmp_path):
     with pytest.raises(CorpusError, match="download=False"):
         load_text8(tmp_path, download=False)

@@ -320,3 +320,49 @@ def test_a_damaged_manifest_entry_is_blamed_not_the_file(run, shipped_copy, edit
     assert status == 1 and said in text
     assert f"txl-tiny.safetensors: {MANIFEST} is damaged" in text and "NEEDED pretrained: " in text
     assert "txl-tiny.safetensors: truncated" not in text and "wrong content" not in text  # the file is intact
+
+
+# -- issue 48: packages that do not import, a clone without its notebooks, folders in the data folder ------
+
+def test_a_package_that_does_not_import_is_named(run, monkeypatch):
+    """With seaborn and matplotlib broken (installed, but neither imports) the doctor read only their
+    metadata and said problems: 0."""
+    for name in ("seaborn", "matplotlib"):
+        monkeypatch.setitem(sys.modules, name, None)  # import name: ImportError, as a broken install gives
+    text, status = run()
+    assert status == 1 and "problems: 2 (2 that a notebook needs fixed)" in text
+    assert f"  seaborn       {PINS['seaborn'] + ', broken':<16} pin" in text
+    for name, group in (("matplotlib", "the package"), ("seaborn", "the notebooks")):
+        assert (f"NEEDED {name}: {name} {PINS[name]} is installed but does not import (ModuleNotFoundError: import "
+                f"of {name} halted; None in sys.modules); {group} need it. Fix: reinstall it, pip install "
+                f"--force-reinstall \"{name}=={PINS[name]}\"") in text
+
+
+def test_a_clone_without_its_notebooks_is_not_an_installed_package(run, tmp_path, monkeypatch):
+    """notebooks/ moved away from a clone: it said "not here (an installed package)", and results/ went unchecked."""
+    clone = tmp_path / "clone"
+    shutil.copytree(ROOT / "results" / "long_range", clone / "results" / "long_range")
+    (clone / "pyproject.toml").write_text("[project]\nname = 'txl-minimal'\n")
+    path = clone / "results" / "long_range" / "xl.safetensors"
+    path.write_bytes(path.read_bytes()[:-7])
+    monkeypatch.setattr(doctor, "ROOT", clone)
+    text, status = run()
+    assert status == 1 and "an installed package" not in text
+    assert f"notebooks     {clone / 'notebooks'} is missing from this clone" in text
+    assert f"NEEDED notebooks: restore them: git checkout -- notebooks (in {clone})" in text
+    assert "damaged: results/long_range/xl.safetensors" in text
+
+
+@pytest.mark.parametrize("name", ["text8", "enwik8", "text8.zip", "wikitext-2-v1.zip"])
+def test_a_folder_where_a_corpus_file_goes_is_named_not_a_crash(run, tmp_path, name):
+    """unzip text8.zip -d text8 makes data/text8/ a folder: the doctor crashed with IsADirectoryError."""
+    (tmp_path / "data" / name).mkdir(parents=True)
+    if name == "text8":
+        (tmp_path / "data" / name / "text8").write_text("the text, one level too deep")
+    text, status = run()
+    assert status == 0 and f"{name} is a folder, not a file" in text
+    if name == "text8":
+        inside = tmp_path / "data" / "text8" / "text8"
+        assert f"advice text8: move the text8 it holds into its place: mv {inside}" in text
+    else:
+        assert "move the folder out of the way (or delete it)" in text

@@ -37,11 +37,11 @@ ALLOWED = {
     "fast": {"model"},  # the model's faster subclasses (model.py names only its hook, SPEEDUP)
     "words": set(),  # the authors' Vocab
     "symbols": {"words"},  # text <-> ids: text8's 27 characters (VOCAB, encode), any other vocabulary
-    "corpora": {"utils", "symbols", "provenance"},  # what every corpus shares: Corpus, Source, the download, the cache
+    "corpora": {"files", "symbols", "provenance"},  # what every corpus shares: Corpus, Source, the download, the cache
     "text8": {"utils", "symbols", "corpora"},  # characters: text8, text8-mini
     "word_corpora": {"words", "symbols", "corpora", "text8"},  # words: text8-mini's, WikiText's
     "enwik8": {"words", "corpora"},  # bytes, as the authors prepare them
-    "text_file": {"symbols", "corpora", "words"},  # your own UTF-8 file: chunked reading, its vocabulary, its cache
+    "text_file": {"symbols", "corpora", "words", "files"},  # your own UTF-8 file: chunked reading, vocabulary, cache
     "batching": set(),  # torch and numpy only: the ordered iterator
     # the corpora's front door; generate_text calls model.generate without importing the model
     "data": {"corpora", "text8", "word_corpora", "enwik8", "text_file", "symbols", "batching", "words"},
@@ -52,19 +52,19 @@ ALLOWED = {
     "reference": {"model"},  # the naive key-by-key model the tests trust (it reads model.py's sinusoid_table)
     "checkpoint": {"model", "data", "utils", "safetensors_io"},
     "segments": {"model", "checkpoint", "validation", "provenance"},  # read_segments; does a segment fit
-    "evaluate": {"model", "data", "utils", "checkpoint", "validation", "fast", "provenance",  # checks once; compile
+    "evaluate": {"model", "data", "corpora", "files", "utils", "checkpoint", "validation", "fast", "provenance",
                  "stats", "segments"},  # its command line's comparisons
     "presets": {"model", "data"},  # the presets' settings (their TrainConfig is made in train.py)
     "devices": {"model", "data", "machine", "validation", "fast"},  # DDP, precision, compile, Adam
     "train_config": {"model", "data", "machine", "validation", "presets", "devices", "text_file"},  # TrainConfig
-    "run_checkpoints": {"model", "checkpoint", "devices", "files", "finite"},  # ckpt.pt, best.pt, resume
+    "run_checkpoints": {"model", "checkpoint", "corpora", "devices", "files", "finite"},  # ckpt.pt, best.pt, resume
     "run_signals": {"devices", "run_checkpoints"},  # Ctrl-C, SIGTERM, SIGHUP
     "run_log": {"checkpoint", "files", "scores", "run_checkpoints"},  # log.csv
     "run_folder": {"model", "checkpoint", "devices", "files", "scores", "run_lock", "run_checkpoints", "run_signals",
                    "run_log"},  # --out: one run per folder; TrainResult
     "bookkeeping": {"devices", "scores", "train_config", "run_checkpoints", "run_signals", "run_log"},  # between steps
     "command_line": {"data", "cli", "devices", "run_folder"},  # train.main's flags
-    "train": {"model", "data", "checkpoint", "evaluate", "validation", "presets", "devices", "run_folder",
+    "train": {"model", "data", "corpora", "checkpoint", "evaluate", "validation", "presets", "devices", "run_folder",
               "command_line", "batching", "text_file", "train_config", "bookkeeping", "run_checkpoints",
               "run_signals", "scores", "files", "machine", "cli"},
     "pretrained": {"model", "data", "utils", "checkpoint", "evaluate", "stats"},
@@ -74,7 +74,7 @@ ALLOWED = {
     # the notebooks' helpers
     "tutorial.context": {"model", "data", "utils", "evaluate", "stats"},
     "tutorial.analysis": {"model", "data", "utils", "evaluate"},
-    "tutorial.attention_maps": {"model", "data", "utils", "evaluate", "tutorial.analysis"},
+    "tutorial.attention_maps": {"model", "data", "utils", "evaluate", "provenance", "tutorial.analysis"},
     "tutorial.plotting": {"tutorial.analysis"},
     # the notebooks' checkers: one module per notebook over the machinery they share (checking)
     "tutorial.exercises.checking": {"model"},

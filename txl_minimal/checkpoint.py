@@ -5,11 +5,13 @@ and the authors' parameter names (``official_state_dict``, ``load_official_state
 A training checkpoint (``train.py``: a run's ckpt.pt, its last state) holds ``format``, ``model``,
 ``optimizer``, ``scheduler``, ``scaler``, ``model_config``, ``train_config``, ``choice`` (the
 precision and attention path amp="auto" chose, which a resume keeps), ``step``, ``data`` (epoch,
-segment), ``mems``, ``rng`` (one state per rank, CPU tensors), ``wall_time_s`` and ``best`` (the
-step and valid bpc of best.pt, or None); a run's best.pt (its state of best valid bpc) holds
-the weights, the configs, ``step``, ``valid_bpc`` and ``wall_time_s``; a shipped one
-(``pretrained.py``) only the weights, the configs, step and wall time;
-one written by ``save`` only the weights and the model config. Each also holds
+segment), ``mems``, ``rng`` (one state per rank, CPU tensors), ``wall_time_s``, ``best`` (the
+step and valid bpc of best.pt, or None), ``vocab`` (what its ids mean) and ``corpus`` (the corpus's
+record: a text file's path, SHA-256, unit, split, max_vocab, to read it again so; corpora.corpus_record);
+a run's best.pt (its state of best valid bpc) holds the weights, the configs, ``vocab``, ``corpus``,
+``step``, ``valid_bpc`` and ``wall_time_s``; a shipped one (``pretrained.py``) only the weights, the
+configs, step and wall time; one written by ``save`` only the weights, the model config and what
+the model knows of its vocabulary and corpus. Each also holds
 ``model_sha256``, the checksum of its weights (``weights_sha256``), and (format 2) ``state_sha256``,
 the checksum of everything else in it (``state_sha256``): a resume uses the optimiser, schedule,
 memory, RNG state and step counters too, so a flipped bit anywhere is refused. Shipped files are
@@ -171,10 +173,11 @@ def save(model: torch.nn.Module, path: str | Path) -> None:
     """Save a model (one trained in your own loop, or by ``train``) to the file ``path``.
 
     Its config, weights (with their checksum) and vocabulary, where the model knows it (a model
-    trained on your own text: its characters or words), in the format of every checkpoint here;
+    trained on your own text: its characters or words) and the record of its corpus (``model.corpus_record``:
+    how a text file was read, so that evaluate reads it again so), in the format of every checkpoint here;
     a ``path`` ending in .safetensors is written without pickle, readable by other tools (the
-    shipped models are). ``load(path)`` gives it back; ``python -m txl_minimal.evaluate PATH --corpus
-    NAME_OR_FILE`` scores it (the file names no corpus: give the one it was trained on).
+    shipped models are). ``load(path)`` gives it back; ``python -m txl_minimal.evaluate PATH`` scores it on
+    the text file it was trained on, where it knows it (``--corpus NAME_OR_FILE`` names one).
 
     Returns:
         None; the file is written atomically (a crash mid-write leaves no half file).
@@ -187,9 +190,11 @@ def save(model: torch.nn.Module, path: str | Path) -> None:
     """
     vocab = model_vocab(model)
     model = unwrap(model)
+    corpus = getattr(model, "corpus_record", None)  # how its text file was read: evaluate reads it so again
     weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     save_checkpoint(dict(model=weights, model_config=model.cfg.to_dict(), **({} if vocab is None else
-                                                                              dict(vocab=vocab))), path)
+                                                                              dict(vocab=vocab)),
+                         **({} if corpus is None else dict(corpus=corpus))), path)
 
 
 def load(path: str | Path, device: str | torch.device = "cpu") -> TransformerXL:
@@ -355,7 +360,7 @@ def model_from_checkpoint(ckpt: dict, device: str | torch.device = "cpu") -> Tra
     """
     model = TransformerXL(TXLConfig(**ckpt["model_config"])).to(check_device(device, "device"))
     model.load_state_dict(ckpt["model"])
-    attach_vocab(model, checkpoint_vocab(ckpt))
+    attach_vocab(model, checkpoint_vocab(ckpt), ckpt.get("corpus"))
     return model.eval()
 
 
@@ -386,11 +391,14 @@ def checkpoint_vocab(ckpt: dict) -> Optional[dict]:
     return None
 
 
-def attach_vocab(model: torch.nn.Module, entry: Optional[dict]) -> None:
-    """Let ``model`` know its unit and symbols (``model.unit``, ``model.vocab``), if known."""
+def attach_vocab(model: torch.nn.Module, entry: Optional[dict], corpus: Optional[dict] = None) -> None:
+    """Let ``model`` know its unit and symbols (``model.unit``, ``model.vocab``), if known, and the record of
+    the corpus it trained on (``model.corpus_record``: corpora.corpus_record; ``save`` keeps it)."""
     if entry is not None:
         model.unit = entry["unit"]
         model.vocab = None if entry.get("symbols") is None else tuple(entry["symbols"])
+    if isinstance(corpus, dict):
+        model.corpus_record = corpus
 
 
 def model_vocab(model: torch.nn.Module) -> Optional[dict]:

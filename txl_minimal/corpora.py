@@ -14,9 +14,16 @@ text8.py's load_text8 is these four lines and the reader of its cache:
 A zip is checked before it is read, a download before it is renamed into place: by the size and
 MD5 of its unzipped text (text8, enwik8; a copy placed unzipped is read too) or by its own MD5
 (WikiText); a zip of another SHA-256 whose content checks out only warns (a re-zip). What fails is
-a CorpusError naming the file (an HTML page where one came instead) and the fix, and leaves no
-file behind. A cache is written whole, its record (the vocabulary) last, and memory-mapped back;
-where the folder cannot take it the corpus is used from memory, with a warning saying so.
+a CorpusError naming the file (an HTML page where one came instead; a folder in its place, as
+``unzip text8.zip -d text8`` makes) and the fix, and leaves no file behind. A cache is written
+whole, its record (the vocabulary) last, and memory-mapped back; where the folder cannot take it
+(read-only, full, a file in its place) the corpus is used from memory, with a warning saying so;
+what a write killed half-way left is removed by the next (never a live process's).
+
+A checkpoint records the corpus its model trained on (``corpus_record``: a text file's path,
+SHA-256, unit, split and max_vocab, ``Corpus.reading``), so that evaluate and --resume read the
+same text the same way, and ``corpus_change`` says why a resume would not (an edited file, another
+file, the run's file missing from the command, a name $TXL_CORPUS chose).
 """
 
 from __future__ import annotations
@@ -38,8 +45,8 @@ from pathlib import Path
 import numpy as np
 
 from txl_minimal import provenance
-from txl_minimal.symbols import VOCAB, decode, decode_symbols, encode, encode_symbols
-from txl_minimal.utils import NO_SPACE, WriteError, atomic_write, file_in_the_way, remove_leftovers
+from txl_minimal.symbols import UNKNOWN_CHAR, VOCAB, decode, decode_symbols, encode, encode_symbols
+from txl_minimal.files import NO_SPACE, atomic_write, file_in_the_way, part_suffix, remove_dead_parts
 
 SPLITS = ("train", "valid", "test")
 # REPO_DATA is the repository's data/ folder, present only in a source checkout (its build script lives there).
@@ -69,6 +76,10 @@ class Corpus:
         vocab: the symbol of each id: a str of characters, or a tuple of words (enwik8: of byte numbers, "32").
         unit: "character" (scored in bpc), "word" (perplexity) or "byte" (enwik8, bpc).
         vocab_size: len(vocab), the model's ``vocab_size``.
+        reading: how a text file was read, to read it again the same way (every checkpoint of a run records
+            it: evaluate, --resume): its "path", "sha256" and "bytes" (its content), "unit", "split",
+            "max_vocab" and "fixed_vocab" (read onto a vocabulary given, ``load_corpus(path, vocab=...)``);
+            None for a named corpus (its name says it all) or one built in Python.
 
     Examples:
         >>> corpus = load_corpus("text8-mini")
@@ -84,8 +95,15 @@ class Corpus:
     test: np.ndarray
     vocab: str | tuple[str, ...] = VOCAB
     unit: str = "character"  # "character" (scored in bpc), "word" (in perplexity) or "byte" (enwik8, in bpc)
+    reading: dict | None = None  # a text file's: how it was read (path, sha256, unit, split, ...), to read it again
 
     def __post_init__(self) -> None:  # its ids know their vocabulary: evaluate refuses them to another model
+        for split in SPLITS:  # a (rows, columns) array would be read as `rows` tokens: "too short"
+            if np.ndim(getattr(self, split)) != 1:
+                raise ValueError(f"Corpus {self.name!r}: its {split} split must be one stream of token ids (1-D), "
+                                 f"got shape {tuple(np.shape(getattr(self, split)))}. Fix: pass the ids as one "
+                                 "sequence (ids.ravel() for rows that continue each other); LMOrderedIterator "
+                                 "cuts them into batch columns itself")
         provenance.remember(self.name, self.unit, self.vocab, self.train, self.valid, self.test)
 
     @property
@@ -133,6 +151,68 @@ class Corpus:
                 + ("" if self.unit == "character" else f", unit={self.unit!r}") + ")")
 
 
+READ_AS = ("unit", "split", "max_vocab", "fixed_vocab")  # how a text file was read: the same file read otherwise
+
+
+def corpus_record(corpus: Corpus) -> dict:
+    """What a checkpoint records of the corpus its model trained on (its "corpus" entry), to read it
+    again and to sample as it was: its "name" and "unit", a text file's "reading" (``Corpus.reading``:
+    path, SHA-256, unit, split, max_vocab; None for a named corpus) and "unknown", how many training ids
+    are its unknown symbol (U+FFFD of characters, ``<unk>`` of words; None without one): generate_text
+    draws it only where the text held it."""
+    symbols = list(corpus.vocab)
+    placeholder = {"character": UNKNOWN_CHAR, "word": "<unk>"}.get(corpus.unit)
+    train, block = np.asarray(corpus.train), 1 << 24  # a block at a time: no 100 MB mask for WikiText-103
+    unknown = (sum(int(np.count_nonzero(train[i:i + block] == symbols.index(placeholder)))
+                   for i in range(0, len(train), block)) if placeholder in symbols else None)
+    return dict(name=corpus.name, unit=corpus.unit, reading=corpus.reading, unknown=unknown)
+
+
+def shown_path(path: str | Path) -> str:
+    """``path`` as a user would type it here: relative to the current folder when inside it, else absolute."""
+    relative = os.path.relpath(path)
+    return str(path) if relative.startswith("..") else relative
+
+
+def corpus_change(saved: dict, used: dict) -> str | None:
+    """Why a run whose checkpoint records ``saved`` (``corpus_record``) cannot go on over ``used``, in a
+    sentence with the fix; None when both are the same text read the same way (a file moved or copied
+    elsewhere is the same text: its SHA-256 says so)."""
+    a, b = saved.get("reading"), used.get("reading")
+    env = os.environ.get("TXL_CORPUS")
+    if a is not None and b is not None:
+        if a["sha256"] != b["sha256"]:
+            then = f"SHA-256 {a['sha256'][:12]}..., {a['bytes']:,} bytes"
+            now = f"SHA-256 {b['sha256'][:12]}..., {b['bytes']:,} bytes"
+            if a["path"] == b["path"]:
+                return (f"{shown_path(a['path'])} changed since the run read it ({then} then, {now} now): the run "
+                        "would go on over another text. Fix: restore the file the run trained on, or train afresh "
+                        "in another --out")
+            return (f"used corpus={a['path']!r}, this run {b['path']!r}: another text ({then} there, {now} here). Fix: "
+                    f"resume on the file it trained on, --corpus {shown_path(a['path'])} (or a copy of it), or train "
+                    "afresh in another --out")
+        differ = [f"{k} {a.get(k)!r} there, {b.get(k)!r} here" for k in READ_AS if a.get(k) != b.get(k)]
+        if differ:
+            return (f"{shown_path(b['path'])} is read otherwise than the run read it ({'; '.join(differ)}): the ids "
+                    "would not line up. Fix: resume with the run's own settings (--unit, --set split=..., --set "
+                    "max_vocab=...; left out, a resume takes them from the checkpoint)")
+        return None
+    if a is not None:  # a named corpus (or one built in Python) in place of the run's file
+        came = (f" ($TXL_CORPUS={env} is set: it overrides a corpus name, never a file's path)"
+                if env and env == used["name"] else "")
+        return (f"the run trained on {shown_path(a['path'])}, but this resume reads {used['name']}{came}. Fix: add "
+                f"--corpus {shown_path(a['path'])} (in Python: load_corpus({shown_path(a['path'])!r}))")
+    if saved["name"] == used["name"]:
+        return None
+    if env and env == used["name"] and b is None:  # the variable, never typed in this command, chose the corpus
+        return (f"the run trained on {saved['name']}, but this resume reads {used['name']} because $TXL_CORPUS="
+                f"{env} is set, which overrides the corpus named (--corpus, TrainConfig.corpus). Fix: unset "
+                f"TXL_CORPUS (or set it to {saved['name']}) to resume on {saved['name']}")
+    theirs = b["path"] if b is not None else used["name"]
+    return (f"used corpus={saved['name']!r}, this run {theirs!r}: the memory and data position would not line up. "
+            f"Fix: resume on its own corpus, --corpus {saved['name']}, or train afresh in another --out")
+
+
 def split_corpus(ids: np.ndarray, heldout_fraction: float = 0.1) -> tuple[np.ndarray, ...]:
     """Split as prep_text8.py: hold out the END; its first half is valid, the second test."""
     n, half = len(ids), round(len(ids) * heldout_fraction / 2)  # text8: exactly 5,000,000
@@ -166,10 +246,19 @@ def text8_dir(data_dir: str | Path | None = None) -> Path:
 def corpus_dir(data_dir: str | Path | None = None) -> Path:
     """``text8_dir(data_dir)``, or a ``CorpusError`` naming what set it when a file stands where that
     folder must be (TXL_DATA_DIR=notes.txt): the download would fail with "File exists" instead."""
+    problem = data_dir_problem(data_dir)
+    if problem is not None:
+        raise CorpusError(f"{problem}; or {MINI_HINT}.")
+    return text8_dir(data_dir)
+
+
+def data_dir_problem(data_dir: str | Path | None = None) -> str | None:
+    """The sentence (up to its fix) saying that a file stands where ``text8_dir(data_dir)`` must be a
+    folder, naming what set it (data_dir=, $TXL_DATA_DIR, the default); None when it is or can become one."""
     d = text8_dir(data_dir)
     blocker = file_in_the_way(d)
     if blocker is None:
-        return d
+        return None
     if data_dir:
         what, fix = f"data_dir={str(data_dir)!r}", "pass data_dir= a folder (it is made if missing)"
     elif os.environ.get("TXL_DATA_DIR"):
@@ -178,8 +267,7 @@ def corpus_dir(data_dir: str | Path | None = None) -> Path:
     else:
         what, fix = "the default data folder", f"move {blocker} out of the way, or set TXL_DATA_DIR to a folder"
     inside = "" if blocker == d.absolute() else f" inside {blocker}"
-    raise CorpusError(f"{what} names {d}{inside}, but {blocker} is a file, not a folder: corpora are kept in a "
-                      f"folder. Fix: {fix}; or {MINI_HINT}.")
+    return f"{what} names {d}{inside}, but {blocker} is a file, not a folder: corpora are kept in a folder. Fix: {fix}"
 
 
 # ---------------------------------------------------------------------------- a corpus fetched as a zip
@@ -262,7 +350,7 @@ def download_zip(src: Source, d: Path, opener: Callable, timeout: float, progres
     dest, fix = d / src.zip_name, fix_hint(src, d)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".", suffix=".part")
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".", suffix=part_suffix())
     except OSError as e:  # a read-only or forbidden data folder: nowhere to download to
         raise CorpusError(f"cannot download {src.url} into {dest.parent}/ ({e.strerror}). {fix}") from None
     try:
@@ -300,9 +388,12 @@ def fetch(src: Source, d: Path, download: bool = True, *, opener: Callable | Non
     placed in ``d`` by hand, else its zip there (placed by hand or downloaded earlier), else a
     download through ``opener`` (default urllib.request.urlopen; tests pass a fake); where
     ``download`` is False and neither is there, a CorpusError saying how to get it."""
-    remove_leftovers(d, f"{src.name}.*.part")  # what a killed download or cache write left behind
-    remove_leftovers(d, f"{src.zip_name}.*.part")
+    remove_dead_parts(d, src.name)  # what a killed download or cache write left behind (not a live one's)
+    remove_dead_parts(d, src.zip_name)
     text_path, zpath = d / src.name, d / src.zip_name
+    for placed in (d / name for name in src.files):
+        if placed.is_dir():  # `unzip text8.zip -d text8` makes one: reading it would be an IsADirectoryError
+            raise CorpusError(folder_in_place(placed, src))
     if src.text_md5 and text_path.exists():  # placed by hand, already unzipped
         text = text_path.read_bytes()
         check_text(text, src, d, str(text_path), placed=text_path)
@@ -312,6 +403,21 @@ def fetch(src: Source, d: Path, download: bool = True, *, opener: Callable | Non
     if download:
         return download_zip(src, d, opener or urllib.request.urlopen, timeout, progress)
     raise CorpusError(f"{src.files[0]} not found in {d}/ and download=False. " + fix_hint(src, d))
+
+
+def folder_in_place(placed: Path, src: Source) -> str:
+    """The sentence for a folder where ``src``'s unzipped text or its zip belongs (``unzip text8.zip -d text8``
+    run in the data folder makes text8/text8): what is there and how to put the file in its place."""
+    inside = placed / src.name
+    if placed.name == src.name:
+        what = f"the unzipped {src.name} (as unzip {src.zip_name} -d {src.name} makes)"
+    else:
+        what = f"the zip {src.zip_name}"
+    move = (f"move the {src.name} it holds into its place: mv {inside} {placed}.moved && rmdir {placed} && "
+            f"mv {placed}.moved {placed}" if placed.name == src.name and inside.is_file() else
+            f"move the folder out of the way (or delete it), then place {' or '.join(src.files)} in "
+            f"{placed.parent}/ by hand, or let it download")
+    return f"{placed} is a folder, not {what}. Fix: {move}; or {src.offline}."
 
 
 # ---------------------------------------------------------------------------- the cache
@@ -345,7 +451,7 @@ def from_cache(files: list[Path], src: Source,
                read: Callable[[list[Path], Source], tuple[Corpus | None, str | None]]) -> Corpus | None:
     """The corpus ``read(files, src)`` finds in its cache (memory-mapped) when all of ``files`` are
     there; None to build it: quietly without a cache, with a warning naming the damage with one."""
-    if not all(p.exists() for p in files):
+    if not all(p.is_file() for p in files):  # (a folder of that name is no cache: writing it says so)
         return None
     corpus, problem = read(files, src)
     if corpus is None:
@@ -357,17 +463,23 @@ def from_cache(files: list[Path], src: Source,
 def write_cache(corpus: Corpus, files: list[Path], record: bytes) -> Corpus:
     """``corpus`` read back memory-mapped from its cache, once its splits and ``record`` are written to
     ``files`` (cache_files; each whole, then renamed; the record last); ``corpus`` itself, with a warning
-    saying so, where their folder cannot take them (read-only, forbidden, full)."""
+    saying so, where their folder cannot take them (read-only, forbidden, full, a file in its place).
+    What a write killed half-way left (``name.*.PID.part`` of an ended process) is removed first."""
     writes = [lambda f, a=a: np.save(f, a) for a in (corpus.train, corpus.valid, corpus.test)]
     try:
         for path, write in zip(files, writes + [lambda f: f.write(record)]):
-            atomic_write(path, write, suffix=".part")
-    except WriteError as e:
+            with contextlib.suppress(OSError):  # (a folder that is not there yet, or a file in its place)
+                remove_dead_parts(path.parent, path.name)
+            atomic_write(path, write, suffix=part_suffix())
+    except OSError as e:  # WriteError; numpy's own for a full disk ("... requested and 0 written"); a file in
+        # the way of the folder (NotADirectoryError, FileExistsError)
         for path in files:  # no half cache: the record (last) marks a complete one
             with contextlib.suppress(OSError):
                 path.unlink(missing_ok=True)
-        warnings.warn(f"{Path(corpus.name).name}: could not write its cache in {files[0].parent}/ ({e.reason}): using "
-                      "it from memory, built again at every load. Fix: make the folder writable, or set TXL_DATA_DIR "
-                      "to a writable folder holding the archive (the cache then goes there).", stacklevel=3)
+        reason = getattr(e, "reason", "") or e.strerror or str(e)
+        warnings.warn(f"{Path(corpus.name).name}: could not write its cache in {files[0].parent}/ ({reason}): using "
+                      "it from memory, built again at every load. Fix: make the folder writable (or free some disk "
+                      "space), or set TXL_DATA_DIR to a writable folder holding the archive (the cache then goes "
+                      "there).", stacklevel=3)
         return corpus
     return replace(corpus, **{split: np.load(path, mmap_mode="r") for split, path in zip(SPLITS, files)})

@@ -52,15 +52,20 @@ __all__ = ["CORPORA", "WORD_CORPORA", "load_corpus", "generate_text", "is_corpus
            "LMOrderedIterator", "as_ids", "check_split"]
 
 
-def generate_text(model: torch.nn.Module, prompt: str, n_new: int, **kwargs) -> str:
+def generate_text(model: torch.nn.Module, prompt: str, n_new: int, *, allow_unknown: bool = False,
+                  **kwargs) -> str:
     """Text from a model: the ``prompt`` encoded, ``n_new`` tokens sampled after it, decoded.
 
     ``model.generate`` for text, in the model's own vocabulary. A text8 character model reads space
     and a-z; a model trained on a text file reads and writes that file's characters (a prompt character
     outside them is a ValueError naming it); a word model that knows its vocabulary (loaded from a
-    checkpoint, or returned by ``train``) reads the prompt's words (``<unk>`` for one it lacks) and
-    adds ``n_new`` words, joined by spaces; an enwik8 model (``unit == "byte"``) reads the prompt's
-    UTF-8 bytes and writes bytes read as UTF-8.
+    checkpoint, or returned by ``train``) reads the prompt's words (``<unk>`` for one it lacks), a line
+    break as ``<eos>`` where the vocabulary has it (as its corpus was read), and adds ``n_new`` words,
+    joined by spaces, a generated ``<eos>`` written as a line break; an enwik8 model (``unit == "byte"``)
+    reads the prompt's UTF-8 bytes and writes bytes read as UTF-8. The unknown symbol (U+FFFD, id 0 of
+    a text file's characters; ``<unk>``) is not drawn where the training text never held it (the
+    checkpoint counts it; a model of a text file's characters that does not say: not drawn), unless
+    ``allow_unknown``.
     ``kwargs`` go to ``model.generate``: ``temperature`` (0: greedy), ``top_k`` (1: greedy),
     ``generator`` (a seeded ``torch.Generator``: the same text every time).
 
@@ -84,6 +89,8 @@ def generate_text(model: torch.nn.Module, prompt: str, n_new: int, **kwargs) -> 
         raise ValueError(f"generate_text takes a string prompt, got {type(prompt).__name__}. "
                          "Fix: for token ids call model.generate(ids, n_new)")
     unit, symbols = getattr(model, "unit", None), getattr(model, "vocab", None)
+    if not allow_unknown and (never := never_drawn(model)):
+        kwargs["exclude"] = sorted(set(kwargs.get("exclude", ())) | set(never))
     if unit == "word":
         return _generate_words(model, prompt, n_new, symbols, **kwargs)
     if unit == "byte":
@@ -111,15 +118,27 @@ def _generate_words(model: torch.nn.Module, prompt: str, n_new: int, symbols, **
                          "before checkpoints held it). Fix: model.generate(ids, n_new) with ids from its corpus "
                          "(corpus.vocab), or train it again")
     vocab = Vocab.from_symbols(symbols)
-    ids = []
-    for word in prompt.split():
-        if word not in vocab.sym2idx and vocab.unk_idx is None:
-            raise ValueError(f"generate_text: the word {word!r} is not in this model's vocabulary "
-                             f"({len(symbols):,} words), which has no <unk>. Fix: use words of its corpus")
-        ids.append(vocab.get_idx(word))
+    eos = vocab.sym2idx.get("<eos>")  # its corpus read each line break as <eos> (a vocabulary without: as a space)
+    ids, lines = [], prompt.split("\n")
+    for i, line in enumerate(lines):
+        for word in line.split():
+            if word not in vocab.sym2idx and vocab.unk_idx is None:
+                raise ValueError(f"generate_text: the word {word!r} is not in this model's vocabulary "
+                                 f"({len(symbols):,} words), which has no <unk>. Fix: use words of its corpus")
+            ids.append(vocab.get_idx(word))
+        if eos is not None and i < len(lines) - 1:  # the line ended: as the corpus was read
+            ids.append(eos)
     out = model.generate(torch.tensor(ids, dtype=torch.long), n_new, **kwargs)
-    new = vocab.decode(out[len(ids):].tolist()) if n_new else ""
-    return prompt + ("" if not new or not prompt or prompt[-1].isspace() else " ") + new
+    new = _as_text([vocab.get_sym(int(t)) for t in out[len(ids):]])
+    return prompt + ("" if not new or not prompt or prompt[-1].isspace() or new[0] == "\n" else " ") + new
+
+
+def _as_text(words: list[str]) -> str:
+    """Words joined by spaces, each ``<eos>`` a line break (no space beside it): text as its corpus was written."""
+    text = ""
+    for word in words:
+        text += "\n" if word == "<eos>" else word if not text or text.endswith("\n") else " " + word
+    return text
 
 
 def _generate_bytes(model: torch.nn.Module, prompt: str, n_new: int, symbols, **kwargs) -> str:
@@ -130,6 +149,22 @@ def _generate_bytes(model: torch.nn.Module, prompt: str, n_new: int, symbols, **
                          "model.generate(ids, n_new) with ids from its corpus (corpus.vocab), or train it again")
     ids = encode_bytes(prompt, symbols, what="generate_text: the prompt")
     return decode_bytes(model.generate(torch.as_tensor(ids, dtype=torch.long), n_new, **kwargs), symbols)
+
+
+def never_drawn(model: torch.nn.Module) -> list[int]:
+    """The id of the model's unknown symbol (U+FFFD of a text file's characters, ``<unk>``) where its training
+    text never held it (the checkpoint's "corpus" entry counts it: ``corpus_record``), which ``generate_text``
+    then does not draw; [] where it did, or the model has none. A model that does not say (an older
+    checkpoint): its U+FFFD is never drawn (it stands for characters of valid and test), its ``<unk>`` is
+    (WikiText's text holds it)."""
+    unit, symbols = getattr(model, "unit", None), getattr(model, "vocab", None)
+    placeholder = {"character": UNKNOWN_CHAR, "word": "<unk>"}.get(unit)
+    if symbols is None or placeholder not in symbols:
+        return []
+    seen = (getattr(model, "corpus_record", None) or {}).get("unknown")
+    if seen is None:
+        return [list(symbols).index(placeholder)] if unit == "character" else []
+    return [] if seen else [list(symbols).index(placeholder)]
 
 
 CORPORA = ("text8", "text8-mini", "auto", "text8-mini-words", "wt103", "wt2", "enwik8")  # load_corpus's names
@@ -157,15 +192,17 @@ def unknown_corpus(name) -> ValueError:
 
 def load_corpus(name: str | os.PathLike = "auto", data_dir: str | Path | None = None, download: bool = True, *,
                 unit: str | None = None, split: tuple[float, float, float] | None = None,
-                max_vocab: int | None = None) -> Corpus:
+                max_vocab: int | None = None, vocab: str | tuple[str, ...] | None = None) -> Corpus:
     """Load a corpus by name, or a UTF-8 text file of your own by its path.
 
     ``name``: characters "text8", "text8-mini" or "auto" (text8 if present or downloadable, else
     mini); words "text8-mini-words" (offline), "wt103" or "wt2" (WikiText); bytes "enwik8"; or the
     path to a UTF-8 text file (text_file.py): its characters, or its words with ``unit="word"``;
     ``split`` its (train, valid, test) fractions, default (0.9, 0.05, 0.05), cut in that order;
-    ``max_vocab`` a cap on its vocabulary. (A named corpus has its own unit and splits: those
-    three are for a file; ``unit`` may repeat a named corpus's own.) ``data_dir``: where downloads
+    ``max_vocab`` a cap on its vocabulary; ``vocab`` a vocabulary to read it onto instead of its
+    own (a model's, ``model.vocab``: your text scored by a model trained on another; a character it
+    lacks is named). (A named corpus has its own unit, splits and vocabulary: those four are for a
+    file; ``unit`` may repeat a named corpus's own.) ``data_dir``: where downloads
     and caches go (default: $TXL_DATA_DIR, else data/text8/ in a clone, ~/.cache/txl_minimal/text8
     for an installed package); ``download=False`` never fetches (a missing corpus is then a
     CorpusError saying how to get it).
@@ -188,18 +225,22 @@ def load_corpus(name: str | os.PathLike = "auto", data_dir: str | Path | None = 
         'мир'
         >>> load_corpus("my.txt", unit="word", split=(0.8, 0.1, 0.1)).vocab[:4]    # words: <eos> ends a line
         ('<eos>', '<unk>', 'Привет,', 'мир!')
+        >>> _ = Path("lower.txt").write_text("the king and the queen " * 50, encoding="utf-8")
+        >>> load_corpus("lower.txt", vocab=VOCAB).vocab_size          # read onto text8's 27: a text8 model scores it
+        27
     """
     if not is_corpus_path(name):
         name = os.environ.get("TXL_CORPUS") or name
     if is_corpus_path(name):
         if not Path(name).expanduser().exists():
             raise unknown_corpus(name)
-        return load_text_file(name, unit, split, max_vocab, data_dir)
+        return load_text_file(name, unit, split, max_vocab, data_dir, vocab=vocab)
     if name not in CORPORA:
         raise unknown_corpus(name)
     own = "word" if name in WORD_CORPORA else "byte" if name == "enwik8" else "character"
-    if unit not in (None, own) or split is not None or max_vocab is not None:
-        given = ", ".join(f"{k}={v!r}" for k, v in dict(unit=unit, split=split, max_vocab=max_vocab).items()
+    if unit not in (None, own) or split is not None or max_vocab is not None or vocab is not None:
+        given = ", ".join(f"{k}={v!r:.40}" for k, v in dict(unit=unit, split=split, max_vocab=max_vocab,
+                                                            vocab=vocab).items()
                           if v is not None and not (k == "unit" and v == own))
         raise ValueError(f"{name} is a named corpus of {own}s with its own splits and vocabulary: {given} "
                          "applies only to a text file of your own. Fix: drop it, or pass the path to a text file")

@@ -4,9 +4,10 @@
     python -m txl_minimal.doctor --quick   # without timing what amp="auto" would pick
 
 It prints Python and the packages against requirements-dev.txt's pins and the declared floors
-(requirements-min.txt, pyproject.toml); the devices and what ``device="auto"`` and ``amp="auto"``
-would pick; whether text8, enwik8 and WikiText are on disk and intact; whether the shipped files match
-their manifests; free disk space where data and runs go; the Jupyter kernel the notebooks get;
+(requirements-min.txt, pyproject.toml), each imported (metadata alone does not say it works); the
+devices and what ``device="auto"`` and ``amp="auto"`` would pick; whether text8, enwik8 and WikiText
+are on disk and intact; whether the shipped files match their manifests (in a clone: the notebooks
+and results/ there); free disk space where data and runs go; the Jupyter kernel the notebooks get;
 then one line of advice per problem. The exit status is 1 when something a notebook needs is
 missing or broken, else 0. Plain text, no colours: it pastes as it prints.
 """
@@ -34,7 +35,8 @@ import torch
 
 from txl_minimal import enwik8, text8, word_corpora
 from txl_minimal.checkpoint import PRETRAINED_DIR
-from txl_minimal.corpora import CorpusError, Source, cache_files, check_text, text8_dir, unzip_and_check
+from txl_minimal.corpora import (CorpusError, Source, cache_files, check_text, folder_in_place, text8_dir,
+                                 unzip_and_check)
 from txl_minimal.enwik8 import ENWIK8
 from txl_minimal.safetensors_io import SafetensorsError, load_file
 from txl_minimal.text8 import MINI_PATH, TEXT8
@@ -74,6 +76,18 @@ def installed_version(name: str) -> Optional[str]:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def import_problem(name: str) -> Optional[str]:
+    """None if ``import name`` works in this Python, else what it raised, in one line: a package whose
+    metadata is installed may still not import (a broken or half-removed install, a missing library)."""
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            importlib.import_module(name)
+    except Exception as e:  # noqa: BLE001 (a broken package raises anything on import)
+        return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
+    return None
 
 
 def version_key(version: str) -> tuple[int, ...]:
@@ -120,12 +134,17 @@ def check_versions() -> list[Finding]:
     for group, names in PACKAGES.items():
         for name in names:
             have, pin, floor = installed_version(name), pins.get(name), floors.get(name)
-            value = f"{have or 'missing':<16} pin {pin or '-':<10} floor {floor or '-':<8} ({group})"
-            f = Finding(name, value)
+            broken = None if have is None else import_problem(name)  # metadata there, the package broken
+            shown = "missing" if have is None else have if broken is None else f"{have}, broken"
+            f = Finding(name, f"{shown:<16} pin {pin or '-':<10} floor {floor or '-':<8} ({group})")
             need = group in NOTEBOOK_NEEDS
             fix = f'pip install "{name}>={floor}"' if floor else f"pip install {name}"
             if have is None:
                 f.advice, f.needed = f"{name} is missing; {group} need it. Fix: make setup (a clone) or {fix}", need
+            elif broken is not None:
+                f.advice, f.needed = (f"{name} {have} is installed but does not import ({broken}); {group} need it. "
+                                      f"Fix: reinstall it, pip install --force-reinstall \"{name}=={have}\" (a "
+                                      "clone: make setup)"), need
             elif floor and version_key(have) < version_key(floor):
                 f.advice, f.needed = f"{name} {have} is older than the floor {floor}. Fix: {fix}", need
             elif pin and version_key(have) != version_key(pin):
@@ -222,12 +241,14 @@ def _archive_state(d: Path, src: Source, files: list[Path], read: Callable, hash
     """(state, advice) of ``src`` in ``d``: its cache ``files``, read as its loader reads them (``read``;
     the MD5 of ``hashed`` verified), else its unzipped text or zip, checked as its loader checks them,
     else ``absent``."""
-    if all(p.exists() for p in files):
+    if all(p.is_file() for p in files):
         problem = read(files, src)[1]
         return (f"cached and verified (MD5 of {hashed})", None) if problem is None else \
             (problem, f"load_corpus('{src.name}') rebuilds this cache from {src.zip_name}; if that fails, delete "
                       f"{d}/{src.name}.* and let it download again")
     for placed in (d / name for name in src.files):
+        if placed.is_dir():  # unzip text8.zip -d text8: the loader refuses it, the fix says how to place the file
+            return f"{placed.name} is a folder, not a file", folder_in_place(placed, src).split("Fix: ")[-1]
         if placed.exists():
             try:
                 with warnings.catch_warnings():  # a zip of another SHA-256 is checked by its content here
@@ -255,7 +276,10 @@ def check_data() -> list[Finding]:
     found = [where, Finding("text8", state, advice), Finding("enwik8", *enwik8_state(d))]
     for name, src in WIKITEXT.items():
         words = cache_files(d, name, ".vocab.txt")
-        if all(p.exists() for p in words):
+        if (d / src.zip_name).is_dir():
+            found.append(Finding(name, f"{src.zip_name} is a folder, not a file",
+                                 folder_in_place(d / src.zip_name, src).split("Fix: ")[-1]))
+        elif all(p.is_file() for p in words):
             problem = word_corpora._read_cache(words, src)[1]
             found.append(Finding(name, "cached" if problem is None else problem,
                                  None if problem is None else f"delete {d}/{name}.*.npy: load_corpus('{name}') "
@@ -291,10 +315,19 @@ def check_shipped() -> list[Finding]:
                              _reinstall(folder / sorted(manifest)[0]) if bad else None, needed=bool(bad)))
     if (ROOT / "notebooks").is_dir():
         found.append(check_results())
+    elif is_clone():  # the notebooks moved or deleted: a clone, not an installed package
+        found += [Finding("notebooks", f"{ROOT / 'notebooks'} is missing from this clone", _checkout("notebooks"),
+                          needed=True), check_results()]
     else:
         found.append(Finding("notebooks", "not here (an installed package): the notebooks and results/ come "
                                           "with a clone of the repository"))
     return found
+
+
+def is_clone() -> bool:
+    """Whether the package runs from a clone of the repository (its pyproject.toml or .git beside it),
+    not from an installed copy (site-packages holds neither)."""
+    return (ROOT / "pyproject.toml").is_file() or (ROOT / ".git").exists()
 
 
 def _shipped_problem(path: Path) -> Optional[str]:

@@ -34,7 +34,9 @@ from tqdm import tqdm
 from txl_minimal import fast, provenance, stats, validation
 from txl_minimal.checkpoint import (BEST, NAMES, checkpoint_file, checkpoint_vocab, describe_vocab, load_checkpoint,
                                     model_from_checkpoint, model_vocab, unwrap, vocab_entry)
-from txl_minimal.data import CORPORA, CorpusError, as_ids, is_corpus_path, load_corpus
+from txl_minimal.corpora import shown_path
+from txl_minimal.data import CORPORA, UNITS, CorpusError, as_ids, is_corpus_path, load_corpus
+from txl_minimal.files import file_sha256
 from txl_minimal.model import TransformerXL
 from txl_minimal.utils import (LN2, Once, callable_module, check_device, int_at_least, score_name, score_of,
                                terminal_progress)
@@ -231,10 +233,11 @@ def evaluate_checkpoint(target: str | Path, split: str = "valid", corpus: Option
     dev = check_device(device, "device")  # before any loading: a GPU this machine lacks is said at once
     ckpt = load_checkpoint(path)
     model = model_from_checkpoint(ckpt, dev)
-    trained_on = ckpt.get("train_config", {}).get("corpus")  # txl_minimal.save stores none
+    record = ckpt.get("corpus") if isinstance(ckpt.get("corpus"), dict) else {}  # how its text file was read
+    trained_on = ckpt.get("train_config", {}).get("corpus") or record.get("name")  # save(model) stores the record
     fix = _corpus_fix(trained_on, corpus)
     try:
-        loaded = load_corpus(corpus or trained_on, **_file_settings(ckpt, corpus or trained_on))  # $TXL_CORPUS
+        loaded = _corpus_to_score(path, ckpt, corpus, trained_on, record.get("reading"))  # $TXL_CORPUS
         # overrides a name, never a file's path
     except ValueError as e:  # e.g. a checkpoint trained on a Corpus built in Python
         raise ValueError(f"{e}. The checkpoint {path} names corpus {trained_on!r}. {fix}") from e
@@ -286,6 +289,38 @@ def which_state(target: str | Path, result: dict) -> Optional[str]:
                "--last scores ckpt.pt, the last state"
     why = "--last" if (path.parent / BEST).is_file() else "no best.pt"
     return f"{target}: scoring ckpt.pt, the last state ({step}; {why})"
+
+
+def _corpus_to_score(path: Path, ckpt: dict, corpus: Optional[str], trained_on: Optional[str],
+                     reading: Optional[dict]):
+    """The corpus ``evaluate_checkpoint`` scores: ``corpus`` (a name or a file), else the checkpoint's own.
+    Its training file is read as the run read it (``reading``: unit, split, max_vocab), once its SHA-256
+    says it is that text (a ValueError where it changed); another file is read onto the model's
+    vocabulary (``load_corpus(..., vocab=)``: a character it lacks is named), split as the training file
+    was; a named corpus as itself."""
+    target = corpus or (reading["path"] if reading else trained_on)
+    if target is None or not is_corpus_path(target):
+        return load_corpus(target)
+    if reading and not corpus and not Path(target).is_file():
+        raise ValueError(f"the checkpoint {path} was trained on {reading['path']}, which is no longer there. Fix: "
+                         f"--corpus the file where it is now (moved or copied, it is the same text if its SHA-256 "
+                         f"is {reading['sha256']})")
+    own = (Path(target).is_file() and file_sha256(target) == reading["sha256"]) if reading else (
+        not corpus or (trained_on is not None and is_corpus_path(trained_on)
+                       and Path(target).expanduser().resolve() == Path(trained_on).resolve()))
+    vocab = checkpoint_vocab(ckpt)
+    if reading and own:  # its own text: read as the run read it (and from the cache the training wrote)
+        settings = {k: reading[k] for k in ("unit", "split", "max_vocab")}
+        return load_corpus(target, **settings, vocab=tuple(vocab["symbols"]) if reading.get("fixed_vocab") else None)
+    if reading and not corpus:
+        raise ValueError(f"{shown_path(target)} changed since the run read it (SHA-256 {reading['sha256'][:12]}... "
+                         f"then, {file_sha256(target)[:12]}... now): its splits are not the text the checkpoint "
+                         f"{path} was scored on. Fix: restore the file the run trained on, or name it, --corpus "
+                         f"{shown_path(target)}, to score the text it holds now (read onto the model's vocabulary)")
+    if own or vocab is None or vocab.get("symbols") is None or vocab["unit"] not in UNITS:
+        return load_corpus(target, **_file_settings(ckpt, target))  # an older checkpoint's own file, or no symbols
+    split = (reading or {}).get("split") or _file_settings(ckpt, target).get("split")
+    return load_corpus(target, unit=vocab["unit"], split=split, vocab=tuple(vocab["symbols"]))
 
 
 def _file_settings(ckpt: dict, target) -> dict:
@@ -407,7 +442,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--split", choices=("train", "valid", "test"), default="valid")
     p.add_argument("--corpus", metavar="NAME_OR_FILE",
                    help=f"default: the training corpus; else one of {', '.join(CORPORA)} or a UTF-8 text file's path "
-                        "(read as the checkpoint's training file was: its unit, split and max_vocab)")
+                        "(its training file: read as the run read it; another file: read onto the model's "
+                        "vocabulary, split as its training file was; a character the model lacks is named)")
     seg = p.add_argument_group("segments with memory (the default evaluation); two values of one of these: "
                                "both scored and compared")
     seg.add_argument("--tgt-len", type=int_at_least(1), nargs="+", metavar="N", action=_OneOrTwo,

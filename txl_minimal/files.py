@@ -1,9 +1,11 @@
 """Files the package writes and reads: atomic writes (``atomic_write``, ``replace_together``: a crash
 leaves the old file, never half a new one), ``WriteError`` for a full disk or a read-only folder, the
-checks that a path is or can become a folder, leftovers of a killed process, and ``read_json``."""
+checks that a path is or can become a folder, leftovers of a killed process, a file's SHA-256 and
+``read_json``."""
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -165,6 +167,49 @@ def remove_leftovers(folder: str | Path, pattern: str) -> list[Path]:
         except OSError:  # a folder that became read-only: nothing of ours can be in the way there
             pass
     return found
+
+
+def part_suffix() -> str:
+    """The suffix of a temporary file this process writes (``atomic_write(path, write, suffix=part_suffix())``):
+    ".PID.part", so that ``remove_dead_parts`` knows whose it is."""
+    return f".{os.getpid()}.part"
+
+
+def remove_dead_parts(folder: str | Path, name: str) -> list[Path]:
+    """Delete the temporary files ``name.*.PID.part`` (``part_suffix``) in ``folder`` whose process has ended:
+    what a write killed half-way (SIGKILL, a power cut) left, never the file another process is writing now
+    (two DDP ranks building one cache)."""
+    dead = []
+    for path in Path(folder).glob(f"{name}.*.part"):
+        pid = path.name.rsplit(".", 2)[-2]
+        if not pid.isdigit() or not _alive(int(pid)):
+            dead.append(path)
+    for path in dead:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:  # a folder that became read-only: nothing of ours can be in the way there
+            pass
+    return sorted(dead)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this machine (one of another user counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):  # (OverflowError: a number no process has)
+        return False
+    except OSError:  # PermissionError: another user's
+        return True
+    return True
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
 
 
 def file_in_the_way(path: str | Path) -> Path | None:

@@ -7,9 +7,11 @@
 RUN_OR_NAME is a shipped model (its names are listed under RUN_OR_NAME below), a run directory
 (its best.pt; --last: its ckpt.pt, the last state) or a checkpoint file. The prompt is written in
 the model's own symbols (a text8 model: space and a-z; a model of your file: that file's
-characters; a word model: words), and --length tokens (characters; a word model: words) are
-sampled after it, the memory carried (Sec. 3.2). The prompt and its continuation are printed;
---seed fixes the draw, so the same command prints the same text. Nothing is written.
+characters; a word model: words, a line break read as <eos>), and --length tokens (characters; a
+word model: words, <eos> printed as a line break) are sampled after it, the memory carried (Sec.
+3.2); the unknown symbol (U+FFFD, <unk>) only where the training text held it (--allow-unknown:
+anyway). The prompt and its continuation are printed; --seed fixes the draw, so the same command
+prints the same text. Nothing is written.
 """
 from __future__ import annotations
 
@@ -51,6 +53,8 @@ def main(argv: Optional[list[str]] = None) -> None:
                    help="divides the logits: below 1 safer, above 1 wilder, 0 greedy (default 1)")
     p.add_argument("--top-k", type=int_at_least(1), metavar="K", help="draw only from the K most likely tokens")
     p.add_argument("--seed", type=int, default=0, help="the random draw (default 0: the same text every time)")
+    p.add_argument("--allow-unknown", action="store_true",
+                   help="draw the unknown symbol (U+FFFD, <unk>) even where the training text never held it")
     p.add_argument("--last", action="store_true",
                    help="a run directory: sample from its last state, ckpt.pt, instead of its best.pt")
     p.add_argument("--device", default="cpu", help='"cpu" (default), "auto" (a GPU if there is one), "cuda:1" ...')
@@ -64,7 +68,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         model = model_from_checkpoint(load_checkpoint(path, map_location=device), device)
         generator = torch.Generator(device=device).manual_seed(args.seed)
         text = generate_text(model, args.prompt, args.length, temperature=args.temperature, top_k=args.top_k,
-                             generator=generator)
+                             generator=generator, allow_unknown=args.allow_unknown)
     except (ValueError, FileNotFoundError, CorpusError) as e:  # bad input: the message, no traceback
         text8 = str(e).startswith("encode:")  # text8's encoder names the character, not the fix
         p.error(f"{e}. Fix: write the prompt in text8's characters, space and a-z" if text8 else str(e))

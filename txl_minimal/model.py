@@ -506,8 +506,9 @@ class TransformerXL(nn.Module):
         return out
 
     def generate(self, prompt, n_new: int, temperature: float = 1.0, top_k: Optional[int] = None,
-                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
-        """The prompt's ids ((B, T) or (T,)) and ``n_new`` sampled ones (sampling.py; text: ``generate_text``)."""
+                 generator: Optional[torch.Generator] = None, exclude=()) -> torch.Tensor:
+        """The prompt's ids ((B, T) or (T,)) and ``n_new`` sampled ones, never one of ``exclude`` (sampling.py;
+        text: ``generate_text``)."""
         if sampling is None:
             raise ValueError("generate is in txl_minimal/sampling.py: import the model from the package")
-        return sampling.generate(self, prompt, n_new, temperature, top_k, generator)
+        return sampling.generate(self, prompt, n_new, temperature, top_k, generator, exclude)

@@ -165,7 +165,7 @@ def _shipped_state(run_dir: str | Path, name: str, last: bool = False) -> tuple[
     state = dict(format=1, model={k: v.float().cpu() for k, v in ckpt["model"].items()},
                  model_config=ckpt["model_config"], train_config=ckpt["train_config"],
                  step=ckpt["step"], wall_time_s=ckpt["wall_time_s"],
-                 **({"vocab": ckpt["vocab"]} if "vocab" in ckpt else {}))
+                 **{key: ckpt[key] for key in ("vocab", "corpus") if key in ckpt})
     return state, log
 
 

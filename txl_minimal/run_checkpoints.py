@@ -13,8 +13,9 @@ from typing import Optional
 
 import torch
 
-from txl_minimal.checkpoint import (BEST, LAST, ConfigMismatch, describe_vocab, load_checkpoint, rng_state,
-                                    save_checkpoint, set_rng_state)
+from txl_minimal.checkpoint import (BEST, LAST, ConfigMismatch, check_config, describe_vocab, load_checkpoint,
+                                    rng_state, save_checkpoint, set_rng_state)
+from txl_minimal.corpora import READ_AS, corpus_change
 from txl_minimal.devices import RankVote, gather, gather_objects
 from txl_minimal.files import NO_SPACE, WriteError
 from txl_minimal.finite import all_finite, non_finite
@@ -131,13 +132,20 @@ class Checkpoints:
                                 self.configs["choice"]["amp"])
 
 
-def load_for_resume(path: Path, model_cfg: TXLConfig) -> dict:
-    """OUT/ckpt.pt for a resume, checked against ``model_cfg``, on the CPU: the RNG states must stay
-    CPU tensors, and each part moves its own state to its device."""
+def load_for_resume(path: Path, model_cfg: TXLConfig, corpus: Optional[dict] = None) -> dict:
+    """OUT/ckpt.pt for a resume, checked against ``corpus`` (``corpora.corpus_record`` of the corpus this run
+    reads: the same text, read the same way, first, since another corpus is also another vocab_size) and
+    ``model_cfg``, on the CPU: the RNG states must stay CPU tensors, and each part moves its own state to its
+    device."""
+    ckpt = load_checkpoint(path, map_location="cpu")
+    if corpus is not None and isinstance(ckpt.get("corpus"), dict) and (
+            change := corpus_change(ckpt["corpus"], corpus)) is not None:
+        raise ValueError(f"checkpoint {path}: {change}.")
     try:
-        return load_checkpoint(path, model_cfg, map_location="cpu")
+        check_config(ckpt["model_config"], model_cfg, f"checkpoint {path}")
     except ConfigMismatch as e:  # a --set of a model field: say what a resume may change
         raise ConfigMismatch(f"{e} {RESUME_MAY_CHANGE}") from None
+    return ckpt
 
 
 def saved_max_steps(path: Path) -> Optional[int]:
@@ -196,7 +204,10 @@ def _check_resume(path: Path, ckpt: dict, configs: dict) -> None:
     """ValueError if this run changes a setting a resume cannot honour (see ON_RESUME), or reads
     a corpus whose vocabulary differs from the checkpoint's, before anything is loaded."""
     saved, used = ckpt["train_config"], configs["train_config"]
+    read = isinstance(ckpt.get("corpus"), dict) and "corpus" in configs  # its corpus's record: its text, not its path
     for key in used:
+        if read and key in ("corpus",) + READ_AS:  # compared by content in load_for_resume (a moved file: the same)
+            continue
         if key not in ON_RESUME and key in saved and saved[key] != used[key]:
             fix = " (for the corpus: --corpus, and $TXL_CORPUS, which overrides it)" if key == "corpus" else ""
             raise ValueError(f"checkpoint {path} used {key}={saved[key]!r}, this run {used[key]!r}: "

@@ -7,18 +7,9 @@ import hashlib
 import json
 from pathlib import Path
 
-from txl_minimal.files import atomic_write, read_json, replace_together
+from txl_minimal.files import atomic_write, file_sha256, read_json, replace_together  # noqa: F401 (file_sha256: it lived here)
 
 MANIFEST = "MANIFEST.json"  # beside the files it lists: {name: {"bytes": size, "sha256": hex}}
-
-
-def file_sha256(path: str | Path) -> str:
-    """SHA-256 of a file's bytes, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
 def shipped_fix(path: str | Path) -> str:

@@ -13,6 +13,7 @@ it (generate_text: a prompt the model cannot read is said, not replaced).
 """
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 
 import numpy as np
@@ -131,7 +132,32 @@ def _missing(text: str, found: np.ndarray, symbols: Sequence[str]) -> str:
     return (f"{len(bad)} character{'s' if len(bad) > 1 else ''} {''.join(bad)!r} "
             f"({', '.join(f'U+{ord(c):04X}' for c in bad[:10])}{', ...' if len(bad) > 10 else ''}) "
             f"{'are' if len(bad) > 1 else 'is'} not in the vocabulary of {len(symbols):,} characters, "
-            f"which knows {shown!r}")
+            f"which knows {shown!r}" + normalising_hint(bad, symbols))
+
+
+def normalising_hint(missing, symbols: Sequence[str]) -> str:
+    """" ... normalise the text first" for the characters of ``missing`` a vocabulary lacks but holds in
+    another Unicode form ('é' as one code point, U+00E9, or as 'e' + U+0301) or in lower case (text8's
+    27 are), naming the fix of each kind; "" where none is."""
+    known = set(symbols)
+    missing = [c for c in dict.fromkeys(missing) if c not in known]
+    decomposed = [c for c in missing if len(unicodedata.normalize("NFD", c)) > 1
+                  and set(unicodedata.normalize("NFD", c)) <= known]
+    marks = [c for c in missing if unicodedata.combining(c)]
+    upper = [c for c in missing if c not in decomposed and c.lower() != c and set(c.lower()) <= known]
+    hints = []
+    if decomposed:
+        hints.append(f"the vocabulary holds {''.join(decomposed[:10])!r} decomposed (Unicode NFD: 'é' as 'e' + "
+                     "U+0301): normalise the text first, unicodedata.normalize('NFD', text)")
+    if marks:
+        names = ", ".join(f"U+{ord(c):04X}" for c in marks[:5])
+        hints.append(f"{names} {'is a combining mark' if len(marks) == 1 else 'are combining marks'}: the text is "
+                     "decomposed (Unicode NFD: 'é' as 'e' + U+0301) and the vocabulary's is not: normalise the text "
+                     "first, unicodedata.normalize('NFC', text)")
+    if upper:
+        hints.append(f"{''.join(upper[:10])!r} {'is' if len(upper) == 1 else 'are'} upper case, which the "
+                     "vocabulary holds in lower case: lower-case the text first (text.lower())")
+    return "".join(f". {hint[0].upper()}{hint[1:]}" for hint in hints)
 
 
 def encode_symbols(text: str, symbols: Sequence[str], unit: str = "character", strict: bool = False,

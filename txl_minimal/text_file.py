@@ -21,13 +21,22 @@ a rarer symbol becomes the unknown one.
 round(N * split[1]) symbols, test round(N * split[2]), train the rest: the same places every time.
 Ids take the narrowest integer type that holds them (uint8 up to 256 symbols, uint16, int32).
 
+**A vocabulary given** (``vocab=``: a model's symbols, to score your text with a model trained on
+another): the file's characters (words) read as ids of ``vocab``; a character it lacks is refused,
+named, unless it has UNKNOWN_CHAR (a model of a text file), which such characters then become, with
+a warning naming them; a word it lacks is ``<unk>`` (a warning says how many).
+
 **Large files**: read ``chunk_bytes`` at a time, three passes (count, vocabulary, ids), never
 holding the text, only its ids; the ids are cached as .npy files in ``text8_dir(data_dir)/own/``
-(named after the file and a hash of its path and settings; refreshed when the file's size or
-modification time changes) and memory-mapped back. A file that is not UTF-8 (the byte offset and
-line are named), holds NUL characters, is empty, holds no words, is too short for three splits,
-or is a folder, is refused with the fix. A corpus too short for the model's segments is said by
-``batching.check_split`` where the lengths are known (train).
+(named after the file and a hash of its path and settings; tied to the file's content, its
+SHA-256, not to its size and time: a rewrite that keeps both, as ``cp -p`` or unzip leave, is read
+again) and memory-mapped back. ``corpus.reading`` records how the file was read (its path, SHA-256,
+unit, split, max_vocab): a checkpoint keeps it, so that evaluate and --resume read the same text
+the same way. A file that is not UTF-8 (the byte offset and line are named), holds NUL characters,
+is empty, holds no words, is too short for three splits, is a folder or a pipe, is refused with the
+fix. A corpus too short for the model's segments is said by ``batching.check_split`` where the
+lengths are known (train). Where the cache cannot be written (a full disk, $TXL_DATA_DIR naming a
+file) the corpus is used from memory, with a warning saying why.
 
 ``$TXL_CORPUS`` (which CI sets to force the bundled corpus) overrides a corpus *name*, never a path
 to your own file: that is not a download CI has to avoid.
@@ -39,24 +48,37 @@ import hashlib
 import json
 import os
 import re
+import stat
 import warnings
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from txl_minimal.corpora import Corpus, CorpusError, cache_files, read_splits, split_sizes, text8_dir, write_cache
-from txl_minimal.symbols import UNKNOWN_CHAR, char_table, code_points, narrowest_dtype
+from txl_minimal.corpora import (Corpus, CorpusError, cache_files, data_dir_problem, read_splits, split_sizes,
+                                 text8_dir, write_cache)
+from txl_minimal.files import file_sha256
+from txl_minimal.symbols import UNKNOWN_CHAR, char_table, code_points, narrowest_dtype, normalising_hint
 from txl_minimal.words import Vocab
 
 UNITS = ("character", "word")
 DEFAULT_SPLIT = (0.9, 0.05, 0.05)  # train, valid, test
 CHUNK_BYTES = 1 << 22  # read 4 MiB of the file at a time
 WORD_SPECIALS = ("<eos>", "<unk>")
-CACHE_FORMAT = 1  # raise when the cache's layout or the reading changes: older caches are rebuilt
+CACHE_FORMAT = 2  # raise when the cache's layout or the reading changes: older caches are rebuilt (2: SHA-256)
 _BOM = codecs.BOM_UTF8
-_MAGIC = {b"PK\x03\x04": "a zip archive", b"\x1f\x8b": "a gzip file", b"%PDF": "a PDF",
-          b"\x89PNG": "a PNG image", b"\xff\xd8\xff": "a JPEG image", b"\x7fELF": "a program"}
+# what a file that is not text looks like, by its first bytes, and what to do with it (not iconv: it is no text)
+_MAGIC = {b"PK\x03\x04": ("a zip archive", "unzip it and pass the text file inside: unzip {path}"),
+          b"\x1f\x8b": ("a gzip file", "decompress it first: gunzip -k {path}, then pass the .txt it leaves "
+                                       "(a .tar.gz: tar xzf {path})"),
+          b"BZh": ("a bzip2 file", "decompress it first: bunzip2 -k {path}"),
+          b"\xfd7zXZ\x00": ("an xz file", "decompress it first: unxz -k {path}"),
+          b"(\xb5/\xfd": ("a zstd file", "decompress it first: unzstd {path}"),
+          b"7z\xbc\xaf\x27\x1c": ("a 7-Zip archive", "extract the text file inside: 7z x {path}"),
+          b"%PDF": ("a PDF", "extract its text first: pdftotext {path} {stem}.txt"),
+          b"\x89PNG": ("a PNG image", "pass a text file"), b"\xff\xd8\xff": ("a JPEG image", "pass a text file"),
+          b"\x7fELF": ("a program", "pass a text file")}
 
 
 def check_settings(unit: str | None = None, split: Sequence[float] | None = None,
@@ -83,34 +105,48 @@ def check_settings(unit: str | None = None, split: Sequence[float] | None = None
 
 def load_text_file(path: str | os.PathLike, unit: str | None = None, split: Sequence[float] | None = None,
                    max_vocab: int | None = None, data_dir: str | Path | None = None, *,
-                   chunk_bytes: int = CHUNK_BYTES, cache: bool = True) -> Corpus:
+                   vocab: str | Sequence[str] | None = None, chunk_bytes: int = CHUNK_BYTES,
+                   cache: bool = True) -> Corpus:
     """A UTF-8 text file as a Corpus (see the module docstring): ``unit`` "character" (default) or
     "word", ``split`` (train, valid, test) fractions (default 0.9, 0.05, 0.05), ``max_vocab`` a cap
-    on the vocabulary (default none), the cache in ``text8_dir(data_dir)/own`` (``cache=False``:
-    none). ``load_corpus(path, ...)`` calls it. The corpus's name is the file's absolute path.
+    on the vocabulary (default none), ``vocab`` a vocabulary to read it onto (a model's symbols;
+    default its own), the cache in ``text8_dir(data_dir)/own`` (``cache=False``: none).
+    ``load_corpus(path, ...)`` calls it. The corpus's name is the file's absolute path; its
+    ``reading`` says how it was read.
 
         >>> corpus = load_text_file("war_and_peace.txt")          # doctest: +SKIP
         >>> corpus.decode(corpus.encode("Война и мир"))           # doctest: +SKIP
         'Война и мир'
     """
     unit, split, max_vocab = check_settings(unit, split, max_vocab)
+    vocab = _given_vocab(vocab, unit, max_vocab)
     path = _existing_file(path)
-    stat = path.stat()
-    key = dict(format=CACHE_FORMAT, path=str(path), bytes=stat.st_size, mtime_ns=stat.st_mtime_ns, unit=unit,
-               split=list(split), max_vocab=max_vocab)
+    reading = dict(path=str(path), sha256=file_sha256(path), bytes=path.stat().st_size, unit=unit, split=list(split),
+                   max_vocab=max_vocab, fixed_vocab=vocab is not None)  # the content, not its size and time
+    key = dict(reading, format=CACHE_FORMAT, vocab=None if vocab is None else _vocab_sha256(vocab))
+    problem = data_dir_problem(data_dir) if cache else None
+    if problem is not None:  # the cache is only a shortcut: the file is read without one, said once here
+        warnings.warn(f"{path.name}: no cache: {problem}; reading it from memory, again at every load", stacklevel=2)
+        cache = False
     files = _cache_files(text8_dir(data_dir) / "own", key)
     if cache:
         found = _read_cache(files, key)
         if found is not None:
+            _say_outside(found.reading, vocab)
             return found
-    reader = _read_words if unit == "word" else _read_chars
-    symbols, ids = reader(path, split, max_vocab, chunk_bytes)
+    if vocab is not None:
+        symbols, ids, reading["outside"] = _read_onto(path, vocab, unit, split, chunk_bytes)
+    else:
+        reader = _read_words if unit == "word" else _read_chars
+        symbols, ids = reader(path, split, max_vocab, chunk_bytes)
+    _say_outside(reading, vocab)
     sizes = split_sizes(len(ids), split)
     splits = (ids[:sizes[0]], ids[sizes[0]:sizes[0] + sizes[1]], ids[sizes[0] + sizes[1]:])
-    corpus = Corpus(str(path), *splits, vocab="".join(symbols) if unit == "character" else tuple(symbols), unit=unit)
+    corpus = Corpus(str(path), *splits, vocab="".join(symbols) if unit == "character" else tuple(symbols), unit=unit,
+                    reading=reading)
     if not cache:
         return corpus
-    record = json.dumps(dict(key=key, symbols=list(symbols)), ensure_ascii=False).encode("utf-8")
+    record = json.dumps(dict(key=key, symbols=list(symbols), reading=reading), ensure_ascii=False).encode("utf-8")
     return write_cache(corpus, files, record)  # the record last: it marks the cache complete
 
 
@@ -122,6 +158,11 @@ def _existing_file(path: str | os.PathLike) -> Path:
     if given.is_dir():
         raise CorpusError(f"{path} is a folder, not a text file. Fix: pass one UTF-8 text file (join several "
                           f"with  cat {path}/*.txt > all.txt  and pass all.txt)")
+    if given.exists() and not given.is_file():  # a pipe (--corpus <(zcat f.gz)), a socket, a device
+        kind = "a pipe" if stat.S_ISFIFO(given.stat().st_mode) else "not a regular file (a device or a socket)"
+        raise CorpusError(f"{path} is {kind}: a corpus file is read more than once (its size, its vocabulary, its "
+                          "ids, its SHA-256), and a pipe gives its text only once. Fix: save the text to a file "
+                          "first (zcat f.gz > my.txt, or ... > my.txt) and pass my.txt")
     if not given.is_file():
         raise ValueError(f"unknown corpus {str(path)!r}: no file {given.resolve()} (and not a named corpus). "
                          "Fix: check the path, or use a named corpus (load_corpus's CORPORA)")
@@ -177,11 +218,13 @@ def _not_utf8(path: Path, offset: int, bad: bytes) -> str:
         while read < offset:  # the line: newlines before the offset, a block at a time
             block = f.read(min(CHUNK_BYTES, offset - read))
             lines, read = lines + block.count(b"\n"), read + len(block)
-    looks = next((f" It looks like {what}, not text." for magic, what in _MAGIC.items() if start.startswith(magic)), "")
-    return (f"{path} is not UTF-8 text: the byte{'s' if len(bad) > 1 else ''} {bad.hex(' ')} at byte offset "
-            f"{offset:,} (line {lines:,}) {'do' if len(bad) > 1 else 'does'} not decode as UTF-8.{looks} Fix: pass "
-            f"a UTF-8 text file; convert one in another encoding first, e.g. iconv -f LATIN1 -t UTF-8 {path} > "
-            f"{path.stem}.utf8.txt (CP1252 for Windows text, or save it as UTF-8 in your editor)")
+    where = (f"{path} is not UTF-8 text: the byte{'s' if len(bad) > 1 else ''} {bad.hex(' ')} at byte offset "
+             f"{offset:,} (line {lines:,}) {'do' if len(bad) > 1 else 'does'} not decode as UTF-8.")
+    for magic, (what, fix) in _MAGIC.items():
+        if start.startswith(magic):  # not text in another encoding: iconv would not help
+            return f"{where} It looks like {what}, not text. Fix: {fix.format(path=path, stem=path.stem)}"
+    return (f"{where} Fix: pass a UTF-8 text file; convert one in another encoding first, e.g. iconv -f LATIN1 -t "
+            f"UTF-8 {path} > {path.stem}.utf8.txt (CP1252 for Windows text, or save it as UTF-8 in your editor)")
 
 
 def _read_chars(path: Path, split: tuple, max_vocab: int | None, chunk_bytes: int) -> tuple[list[str], np.ndarray]:
@@ -257,6 +300,101 @@ def _read_words(path: Path, split: tuple, max_vocab: int | None, chunk_bytes: in
     return vocab.idx2sym, ids
 
 
+def _given_vocab(vocab, unit: str, max_vocab: int | None) -> str | tuple[str, ...] | None:
+    """``vocab`` (load_text_file's) as a str of characters or a tuple of words, or a ValueError naming what is wrong."""
+    if vocab is None:
+        return None
+    if max_vocab is not None:
+        raise ValueError(f"vocab= fixes the vocabulary, so max_vocab={max_vocab} cannot cap it. Fix: drop max_vocab")
+    if isinstance(vocab, str):
+        symbols = tuple(vocab) if unit == "character" else None
+    else:
+        try:
+            symbols = tuple(vocab)
+        except TypeError:
+            symbols = None
+    if not symbols or not all(isinstance(s, str) and s for s in symbols) or len(set(symbols)) != len(symbols):
+        raise ValueError(f"vocab must be the symbols of a vocabulary, each once (a model's: model.vocab, a corpus's: "
+                         f"corpus.vocab), got {vocab!r:.80}")
+    if unit == "character" and any(len(s) != 1 for s in symbols):
+        longer = next(s for s in symbols if len(s) != 1)
+        raise ValueError(f"vocab holds symbols longer than one character ({longer!r}): a word vocabulary. Fix: "
+                         "unit='word' (--unit word)")
+    return "".join(symbols) if unit == "character" else symbols
+
+
+def _vocab_sha256(vocab: str | tuple[str, ...]) -> str:
+    """A short digest of a vocabulary given: which cache holds the file read onto it."""
+    return hashlib.sha256("\n".join(vocab).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _read_onto(path: Path, vocab: str | tuple[str, ...], unit: str, split: tuple,
+               chunk_bytes: int) -> tuple[list[str], np.ndarray, dict | None]:
+    """(symbols, ids, outside) of a file read onto ``vocab``: each character (word) its id there, one it lacks
+    UNKNOWN_CHAR's (``<unk>``'s) where it has one, else a CorpusError naming them; ``outside`` counts those
+    ({"count", "symbols": the commonest, at most 10}; None: every symbol known)."""
+    symbols, missing = list(vocab), Counter()
+    if unit == "character":
+        n = sum(len(text) for text in _pieces(path, chunk_bytes))
+        _check_sizes(path, n, split, "characters")
+        table, ids, at = char_table(symbols), np.empty(n, dtype=narrowest_dtype(len(symbols))), 0
+        unknown = int(table[ord(UNKNOWN_CHAR)])
+        for text in _pieces(path, chunk_bytes):
+            cps = code_points(text)
+            found = table[cps]
+            if (found < 0).any():
+                values, times = np.unique(cps[found < 0], return_counts=True)
+                missing.update({chr(c): int(t) for c, t in zip(values, times)})
+            ids[at:at + len(found)] = np.where(found < 0, max(unknown, 0), found)
+            at += len(found)
+        what, instead = "characters", f"U+FFFD ({UNKNOWN_CHAR}, the unknown character)"
+    else:
+        eos = "<eos>" in symbols  # lines end with <eos> where the vocabulary has one (encode_symbols)
+        vocab_ = Vocab.from_symbols(symbols, add_eos=eos)
+        get, unknown = vocab_.sym2idx.get, vocab_.unk_idx
+
+        def tokens(block: list[str]) -> list[str]:
+            return [word for line in block for word in line.split() + (["<eos>"] if eos else [])]
+        n = sum(len(tokens(block)) for block in _line_blocks(path, chunk_bytes))
+        if n == 0:
+            raise CorpusError(f"{path} holds no words. Fix: pass a text file with words in it")
+        _check_sizes(path, n, split, "words")
+        ids, at = np.empty(n, dtype=narrowest_dtype(len(symbols))), 0
+        for block in _line_blocks(path, chunk_bytes):
+            words = tokens(block)
+            found = np.fromiter((get(t, -1) for t in words), dtype=np.int64, count=len(words))
+            if (found < 0).any():
+                missing.update(t for t, i in zip(words, found) if i < 0)
+            ids[at:at + len(found)] = np.where(found < 0, 0 if unknown is None else unknown, found)
+            at += len(found)
+        unknown = -1 if unknown is None else unknown
+        what, instead = "words", "<unk>"
+    if not missing:
+        return symbols, ids, None
+    common = [s for s, _ in missing.most_common(10)]
+    shown = ", ".join(f"{s!r} (U+{ord(s):04X})" if unit == "character" else repr(s) for s in common)
+    count = sum(missing.values())
+    if unknown < 0:
+        hint = normalising_hint(missing, symbols) if unit == "character" else ""
+        raise CorpusError(f"{path}: {count:,} {what} ({len(missing):,} different: {shown}"
+                          f"{', ...' if len(missing) > 10 else ''}) are not in the vocabulary of {len(symbols):,} "
+                          f"{what} it is read onto (the model's), which has no {instead} for them{hint}. Fix: a text "
+                          f"in the model's {what}, or a model trained on this text")
+    return symbols, ids, dict(count=count, kinds=len(missing), symbols=common, instead=instead, what=what, n=n)
+
+
+def _say_outside(reading: dict | None, vocab) -> None:
+    """The warning that symbols of a file read onto a vocabulary (``vocab=``) are not in it, naming them."""
+    outside = (reading or {}).get("outside")
+    if vocab is None or not outside:
+        return
+    shown = ", ".join(map(repr, outside["symbols"])) + (", ..." if outside["kinds"] > len(outside["symbols"]) else "")
+    hint = normalising_hint(dict.fromkeys(outside["symbols"], 1), vocab) if outside["what"] == "characters" else ""
+    warnings.warn(f"{Path(reading['path']).name}: {outside['count']:,} of its {outside['n']:,} {outside['what']} "
+                  f"({outside['kinds']:,} different: {shown}) are not in the vocabulary it is read onto: read as "
+                  f"{outside['instead']}{hint}", stacklevel=3)
+
+
 def _check_sizes(path: Path, n: int, split: tuple, what: str) -> int:
     """The training split's size; CorpusError for a file too short to give every split 2 symbols."""
     if n == 0:
@@ -275,22 +413,24 @@ def _check_sizes(path: Path, n: int, split: tuple, what: str) -> int:
 
 def _cache_files(d: Path, key: dict) -> list[Path]:
     """train, valid, test .npy and the vocabulary's .json: named after the file and a hash of its path and settings
-    (not its size or time: an edited file's cache is replaced, not kept beside the new one)."""
+    (not its content: an edited file's cache is replaced, not kept beside the new one)."""
     settings = {k: key[k] for k in ("path", "unit", "split", "max_vocab")}
+    if key.get("vocab") is not None:  # read onto a vocabulary given: a cache of its own
+        settings["vocab"] = key["vocab"]
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     return cache_files(d, re.sub(r"[^\w.-]", "_", Path(key["path"]).stem)[:40] + f"-{digest}", ".vocab.json")
 
 
 def _read_cache(files: list[Path], key: dict) -> Corpus | None:
-    """The cached corpus, memory-mapped, if its key (file size, time, settings) is ``key`` and its files are
-    whole; None to build it (with a warning if a cache was there but damaged)."""
+    """The cached corpus, memory-mapped, if its key (the file's SHA-256, its settings) is ``key`` and its files
+    are whole; None to build it (with a warning if a cache was there but damaged)."""
     if not all(p.is_file() for p in files):
         return None
     try:
         record = json.loads(files[3].read_text(encoding="utf-8"))
         if record.get("key") != key:  # the file changed (or an older format): read it again, silently
             return None
-        symbols = record["symbols"]
+        symbols, reading = record["symbols"], record["reading"]
         arrays, problem = read_splits(files[:3], narrowest_dtype(len(symbols)))
     except (ValueError, OSError, KeyError, TypeError) as e:
         arrays, problem = [], str(e)
@@ -302,4 +442,4 @@ def _read_cache(files: list[Path], key: dict) -> Corpus | None:
                       "again", stacklevel=3)
         return None
     vocab = "".join(symbols) if key["unit"] == "character" else tuple(symbols)
-    return Corpus(key["path"], *arrays, vocab=vocab, unit=key["unit"])
+    return Corpus(key["path"], *arrays, vocab=vocab, unit=key["unit"], reading=reading)

@@ -41,6 +41,7 @@ from txl_minimal import command_line
 from txl_minimal.bookkeeping import Bookkeeper
 from txl_minimal.checkpoint import LAST, attach_vocab, vocab_entry
 from txl_minimal.cli import callable_module, terminal_progress
+from txl_minimal.corpora import corpus_record
 from txl_minimal.data import CORPORA, Corpus, CorpusError, check_split, is_corpus_path, load_corpus
 from txl_minimal.devices import (adam_options, amp_context, check_replicas_agree, choose_once, distributed,
                                  leave_process_group, rank_loader, training_device, wrap)
@@ -124,16 +125,18 @@ def _model_and_optimizer(model_cfg: TXLConfig, cfg: TrainConfig, choice: dict, d
 
 
 def _run_configs(corpus: Corpus, raw: TransformerXL, model_cfg: TXLConfig, cfg: TrainConfig, choice: dict) -> dict:
-    """What every checkpoint records beside the weights: the configs, the precision choice and the
-    vocabulary of ``corpus`` (what the ids mean: evaluate and generate check it), which ``raw`` carries too."""
+    """What every checkpoint records beside the weights: the configs, the precision choice, the
+    vocabulary of ``corpus`` (what the ids mean: evaluate and generate check it) and its record (how a
+    text file was read, its SHA-256: evaluate and --resume read it again so; ``corpus_record``), which
+    ``raw`` carries too."""
     if model_cfg.vocab_size < corpus.vocab_size:  # else an IndexError deep inside the embedding
         raise ValueError(f"TXLConfig.vocab_size is {model_cfg.vocab_size:,} but {corpus.name} has "
                          f"{corpus.vocab_size:,} symbols. Fix: --set vocab_size={corpus.vocab_size}"
                          + ("" if corpus.name in CORPORA else f" (in Python: TXLConfig(vocab_size={corpus.vocab_size},"
                                                                " ...) or preset(..., vocab_size=...))"))
     configs = dict(model_config=model_cfg.to_dict(), train_config=dict(asdict(cfg), corpus=corpus.name),
-                   choice=choice, vocab=vocab_entry(corpus.unit, corpus.vocab))
-    attach_vocab(raw, configs["vocab"])
+                   choice=choice, vocab=vocab_entry(corpus.unit, corpus.vocab), corpus=corpus_record(corpus))
+    attach_vocab(raw, configs["vocab"], configs["corpus"])
     return configs
 
 
@@ -141,6 +144,22 @@ def load_train_corpus(cfg: TrainConfig) -> Corpus:
     """The corpus ``cfg`` trains on: cfg.corpus read with its unit, split and max_vocab ($TXL_CORPUS
     overrides a corpus name, never a file's path; "auto": see data.py)."""
     return load_corpus(cfg.corpus, unit=cfg.unit, split=cfg.split, max_vocab=cfg.max_vocab)
+
+
+def resume_reading(path: Path, cfg: TrainConfig, given: dict) -> TrainConfig:
+    """``cfg`` with the unit, split and max_vocab the run's checkpoint at ``path`` read its text file with,
+    where the command line (``given``: its overrides) sets none, so that ``--resume --corpus FILE`` reads
+    the file as the run did; ``cfg`` itself without a readable checkpoint or one of a named corpus."""
+    try:
+        record = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("corpus")
+    except Exception:  # noqa: BLE001 (train() loads it again and names the damage)
+        return cfg
+    reading = (record or {}).get("reading") if isinstance(record, dict) else None
+    if reading is None or not is_corpus_path(cfg.corpus):
+        return cfg
+    taken = {k: tuple(reading[k]) if k == "split" else reading[k] for k in ("unit", "split", "max_vocab")
+             if k not in given}
+    return replace(cfg, **taken)
 
 
 def saved_vocab_size(path: Path) -> Optional[int]:
@@ -195,7 +214,7 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     claim_out(out_dir, resume, overwrite, rank)
     device = training_device(cfg, local, world)
     corpus = _checked_corpus(corpus, cfg, model_cfg)  # a split too short for a batch: refused now
-    ckpt = load_for_resume(out_dir / LAST, model_cfg) if resume else None
+    ckpt = load_for_resume(out_dir / LAST, model_cfg, corpus_record(corpus)) if resume else None
     # precision and attention path: chosen (measured) once, by rank 0, and kept by a resume
     choice = choose_once(cfg, model_cfg, device, ckpt and ckpt.get("choice"), rank, world)
     autocast, scaler = amp_context(choice["amp"], device)
@@ -251,6 +270,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     try:
         overrides = command_line.overrides(args, FIELD_TYPES)
         model_cfg, train_cfg = preset(args.preset, **overrides)
+        if args.resume:  # the run's text file read as the run read it (a split, a cap the command leaves out)
+            train_cfg = resume_reading(Path(train_cfg.out) / LAST, train_cfg, overrides)
         corpus = None
         if is_corpus_path(train_cfg.corpus) and "vocab_size" not in overrides:  # your own text sizes the model
             corpus = load_train_corpus(train_cfg)

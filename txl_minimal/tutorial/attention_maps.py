@@ -37,7 +37,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..data import as_ids, decode
+from .. import provenance
+from ..data import VOCAB, as_ids
 from ..evaluate import read_segments
 from ..model import TransformerXL, attention_mask
 from .analysis import distance_matrix, scores_to_probs
@@ -373,16 +374,33 @@ def best_key_window(attn: torch.Tensor, queries: Sequence[int] | slice, width: i
 
 # ----------------------------------------------------------------------------- text
 
-def char_labels(ids, space: str = SPACE) -> list[str]:
-    """One tick label per token: the character, a space shown as ``space``."""
-    return [space if c == " " else c for c in decode(ids)]
+def symbols_of(ids, vocab: Optional[Sequence[str]], caller: str) -> list[str]:
+    """The symbol of each id: of ``vocab`` (a model's or a corpus's, ``model.vocab``, ``corpus.vocab``), else of
+    the corpus the ids were taken from (a view of its split: provenance.corpus_of), else of text8's 27
+    characters; ids past that vocabulary are a ValueError saying to pass ``vocab=``."""
+    if vocab is None:
+        origin = provenance.corpus_of(ids) if isinstance(ids, np.ndarray) else None
+        vocab = VOCAB if origin is None else origin.vocab
+    flat = as_ids(ids).flatten().tolist()
+    if flat and not 0 <= min(flat) <= max(flat) < len(vocab):
+        which = "text8's 27 characters" if vocab is VOCAB else f"the vocabulary given ({len(vocab):,} symbols)"
+        raise ValueError(f"{caller}: ids {min(flat)}..{max(flat)} are not ids of {which}: they come from another "
+                         "vocabulary. Fix: pass the model's or corpus's own, vocab=model.vocab (or corpus.vocab)")
+    return [vocab[i] for i in flat]
 
 
-def context_snippet(ids, pos: int, width: int = 8) -> str:
-    """The text around token ``pos`` with that token in brackets: 'the br[i]tish'."""
-    ids = np.asarray(ids).ravel()
-    lo, hi = max(0, pos - width), min(len(ids), pos + width + 1)
-    return decode(ids[lo:pos]) + "[" + decode(ids[pos:pos + 1]) + "]" + decode(ids[pos + 1:hi])
+def char_labels(ids, space: str = SPACE, vocab: Optional[Sequence[str]] = None) -> list[str]:
+    """One tick label per token: its symbol (``vocab``'s: a model of your own text's ``model.vocab``;
+    default text8's characters, or the ids' corpus's), a space shown as ``space``."""
+    return [space if c == " " else c for c in symbols_of(ids, vocab, "char_labels")]
+
+
+def context_snippet(ids, pos: int, width: int = 8, vocab: Optional[Sequence[str]] = None) -> str:
+    """The text around token ``pos`` with that token in brackets: 'the br[i]tish' (``vocab``: as
+    ``char_labels``)."""
+    text = symbols_of(ids, vocab, "context_snippet")
+    lo, hi = max(0, pos - width), min(len(text), pos + width + 1)
+    return "".join(text[lo:pos]) + "[" + "".join(text[pos:pos + 1]) + "]" + "".join(text[pos + 1:hi])
 
 
 def top_keys(seg: SegmentAttention, layer: int, head: int, query: int,
