@@ -106,6 +106,12 @@ def main(argv=None) -> None:
 
     json_path = args.out / "long_range.json"
     results = json.loads(json_path.read_text()) if json_path.exists() and args.only else {"models": {}}
+    then = (results.get("steps", args.steps), results.get("eval_task", {}).get("tokens", args.eval_tokens))
+    if (kept := sorted({r["trained"] for r in results["models"].values()} - set(args.only or []))) and \
+            then != (args.steps, args.eval_tokens):  # one JSON's settings describe every model in it
+        p.error(f"{json_path} holds models ({', '.join(kept)}) of --steps {then[0]} --eval-tokens {then[1]}, and "
+                f"these would be of --steps {args.steps} --eval-tokens {args.eval_tokens}: one long_range.json cannot "
+                "describe both (nothing was trained). Fix: another --out, or the same --steps and --eval-tokens")
     results.update(chance=TASK.chance, tgt_len=TGT_LEN, mem_len=MEM_LEN, steps=args.steps, batch=BATCH,
                    buckets=bucket_labels(EDGES), task=asdict(TASK),
                    eval_task={"max_gap": EVAL_TASK.max_gap, "tokens": args.eval_tokens},

@@ -49,7 +49,8 @@ def stopped_by_ctrl_c(e: KeyboardInterrupt, said: str) -> NoReturn:
     number, ``e.status``), with one line ``said`` (what was kept or written) on stderr, not
     KeyboardInterrupt's traceback."""
     try:
-        print(said, file=sys.stderr, flush=True)
+        if said:
+            print(said, file=sys.stderr, flush=True)
     except OSError:  # the terminal has gone
         pass
     sys.exit(getattr(e, "status", 130))

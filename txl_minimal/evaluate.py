@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from txl_minimal import fast, provenance, stats, validation
+from txl_minimal.cli import stopped_by_ctrl_c
 from txl_minimal.checkpoint import (BEST, NAMES, checkpoint_file, checkpoint_vocab, describe_vocab, load_checkpoint,
                                     model_from_checkpoint, model_vocab, unwrap, vocab_entry)
 from txl_minimal.data import CORPORA, CorpusError, as_ids, is_corpus_path, load_corpus
@@ -447,6 +448,8 @@ def main(argv: Optional[list[str]] = None) -> None:
                                                last=args.last, per_token=kind is not None))
         except (ValueError, FileNotFoundError, CorpusError) as e:  # bad input: the message, no traceback
             p.error(str(e))
+        except KeyboardInterrupt as e:
+            stopped_by_ctrl_c(e, "stopped by Ctrl-C: nothing was written (an evaluation writes nothing)")
     compared = None if kind is None else _compared(p, runs, kind, results, args.block or BLOCK)
     for (target, _), r in zip(runs, results):
         if (which := which_state(target, r)) is not None and (kind != "mem_len" or r is results[0]):

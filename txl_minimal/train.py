@@ -40,7 +40,7 @@ from tqdm import tqdm
 from txl_minimal import command_line
 from txl_minimal.bookkeeping import Bookkeeper
 from txl_minimal.checkpoint import LAST, attach_vocab, vocab_entry
-from txl_minimal.cli import callable_module, terminal_progress
+from txl_minimal.cli import callable_module, stopped_by_ctrl_c, terminal_progress
 from txl_minimal.data import CORPORA, Corpus, CorpusError, check_split, is_corpus_path, load_corpus
 from txl_minimal.devices import (adam_options, amp_context, check_replicas_agree, choose_once, distributed,
                                  leave_process_group, rank_loader, training_device, wrap)
@@ -208,7 +208,8 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     loader = rank_loader(corpus, cfg, model_cfg, rank, world, device)  # its ids checked once: not every step
     batches = itertools.islice(iter(loader), segment, None)  # resume: skip what was read
     model = wrap(raw, cfg, device, world, say=rank == 0 and (progress or print_evals))
-    log = start_writing(out_dir, resume, overwrite, step - len(ckpts.unlogged), rank)  # a resume keeps its earlier rows
+    # a resume keeps its earlier rows; --overwrite moves the old run aside until this one saves a checkpoint
+    log, ckpts.replaced = start_writing(out_dir, resume, overwrite, step - len(ckpts.unlogged), rank)
     books = Bookkeeper(cfg, step, end, ckpts, log, _bar(cfg.max_steps, step, shown=progress and rank == 0),
                        lambda: _valid_bpc(raw, corpus.valid, cfg, autocast), cfg.batch_size * model_cfg.tgt_len,
                        corpus.unit, device, say=progress or print_evals)
@@ -280,6 +281,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         _end(f"{e}\n  {resume_command(sys.argv[1:] if argv is None else argv)}", e.status)
     except TrainingStoppedAtOnce as e:  # a second Ctrl-C: one line, no traceback
         _end(str(e), e.status)
+    except KeyboardInterrupt as e:  # before train's own handlers are in place: reading a large corpus
+        stopped_by_ctrl_c(e, "stopped by Ctrl-C before training began: nothing of a run was written" if
+                          distributed()[0] == 0 else "")
     if (line := command_line.summary(res)) is None:
         return
     if distributed()[0] == 0:
