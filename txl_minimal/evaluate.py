@@ -190,9 +190,9 @@ def sliding_window_eval(model: TransformerXL, data, context: int,
     B = max(1, min(batch_size, last))
     if batch_size > B and last > 0:
         capped["batch_size"] = (batch_size, f"there are {last:,} windows after the first")
-    own, what = model.cfg.tgt_len, "sliding_window_eval (tgt_len: its context)"
-    check_fits(model, B, context, 0, context, what, own)
-    with model.lengths(tgt_len=context, mem_len=0), out_of_memory_said(model, B, context, 0, what, own):
+    own, what = model.cfg.tgt_len, "sliding_window_eval"
+    check_fits(model, B, context, 0, context, what, own, window=True)
+    with model.lengths(tgt_len=context, mem_len=0), out_of_memory_said(model, B, context, 0, what, own, window=True):
         parts = [model(ids[None, :c], targets=ids[None, 1:c + 1]).nll.double()[0]]
         total = parts[0].sum()
         windows = ids.unfold(0, context, 1) if last > 0 else None  # a view: no copy

@@ -14,8 +14,8 @@ from typing import Optional
 
 import torch
 
-from txl_minimal.checkpoint import (BEST, LAST, ConfigMismatch, describe_vocab, load_checkpoint, rng_state,
-                                    save_checkpoint, set_rng_state)
+from txl_minimal.checkpoint import (BEST, LAST, ConfigMismatch, check_weights_fit, describe_vocab, load_checkpoint,
+                                    rng_state, save_checkpoint, set_rng_state)
 from txl_minimal.devices import RankVote, gather, gather_objects
 from txl_minimal.files import NO_SPACE, WriteError
 from txl_minimal.finite import all_finite, non_finite
@@ -190,6 +190,7 @@ def _resume(ckpt: dict, path: Path, configs: dict, parts: dict, rank: int, world
     the CPU); return its (step, epoch, segment, wall_time_s, this rank's rows of the memory, best so far)."""
     used = configs["train_config"]
     _check_resume(path, ckpt, configs)
+    check_weights_fit(parts["model"], ckpt["model"], f"checkpoint {path}")  # not torch's list of every key
     for key, part in parts.items():
         if key == "scaler" and part.is_enabled() != bool(ckpt[key]):  # fp16 now, not then (or back)
             print(f"{path}: the loss scale starts afresh (the run was saved "

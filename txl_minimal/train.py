@@ -30,7 +30,7 @@ import os
 import sys
 import time
 import warnings
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Optional
 
@@ -135,6 +135,9 @@ def _run_configs(corpus: Corpus, raw: TransformerXL, model_cfg: TXLConfig, cfg: 
                    choice=choice, vocab=vocab_entry(corpus.unit, corpus.vocab))
     attach_vocab(raw, configs["vocab"])
     return configs
+
+
+TRAIN_FIELDS = {f.name for f in fields(TrainConfig)}
 
 
 def load_train_corpus(cfg: TrainConfig) -> Corpus:
@@ -251,13 +254,16 @@ def main(argv: Optional[list[str]] = None) -> None:
         torch.set_num_threads(args.threads)
     try:
         overrides = command_line.overrides(args, FIELD_TYPES)
-        model_cfg, train_cfg = preset(args.preset, **overrides)
+        # the training settings alone first: your own text sizes the model before its config is checked (a
+        # --set cutoffs=[30] is for the file's 41 symbols, not the preset's 27)
+        _, train_cfg = preset(args.preset, **{k: v for k, v in overrides.items() if k in TRAIN_FIELDS})
         corpus = None
         if is_corpus_path(train_cfg.corpus) and "vocab_size" not in overrides:  # your own text sizes the model
             corpus = load_train_corpus(train_cfg)
             # (a resume keeps its run's size: another file is then refused as another corpus, not another size)
             size = (saved_vocab_size(Path(train_cfg.out) / LAST) if args.resume else None) or corpus.vocab_size
-            model_cfg = TXLConfig(**dict(model_cfg.to_dict(), vocab_size=size))
+            overrides = dict(overrides, vocab_size=size)
+        model_cfg, train_cfg = preset(args.preset, **overrides)
         saved = saved_max_steps(Path(train_cfg.out) / LAST) if args.resume and "max_steps" not in overrides else None
         if saved is not None:  # a resume without --max-steps goes on to the run's own end (its schedule)
             train_cfg = replace(train_cfg, max_steps=saved)
