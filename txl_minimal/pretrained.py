@@ -45,7 +45,7 @@ from txl_minimal.checkpoint import (CHECKSUM, LOG_HEADER, NAMES, PRETRAINED_DIR,
                                     run_checkpoint)
 from txl_minimal.data import VOCAB, CorpusError, load_corpus
 from txl_minimal.evaluate import evaluate, sliding_window_eval
-from txl_minimal.model import TransformerXL
+from txl_minimal.model import TransformerXL, TXLConfig
 from txl_minimal.utils import (LN2, MANIFEST, Once, WriteError, check_shipped, read_json, shipped_fix,
                                refuse_empty_path, terminal_progress, training_now, write_shipped)
 
@@ -158,11 +158,6 @@ def _shipped_state(run_dir: str | Path, name: str, last: bool = False, new_shape
                          f"{ckpt['step']:,} of max_steps {ckpt['train_config']['max_steps']:,}), not its end (nothing "
                          "was changed). Fix: wait for it to end, then ship it (Ctrl-C in its terminal stops it, its "
                          "step saved)")
-    if not new_shape and (other := _other_shape(name, ckpt["model_config"])):
-        raise ValueError(f"{run_dir} is not the shape of the shipped {name!r} ({other}), which the notebooks and "
-                         "docs read as it is (nothing was changed). Fix: train the run with the shipped model's "
-                         f"settings (its NAME.json's model_config), or --new-shape (ship(..., new_shape=True)) to "
-                         "replace it anyway")
     vocab = checkpoint_vocab(ckpt)
     if vocab is None or vocab["unit"] != "character" or vocab["symbols"] not in (None, list(VOCAB)):
         what = describe_vocab(vocab) if vocab else f"its corpus is {ckpt.get('train_config', {}).get('corpus')!r}"
@@ -170,6 +165,11 @@ def _shipped_state(run_dir: str | Path, name: str, last: bool = False, new_shape
                          f"the shipped {name!r} is scored on text8-mini's characters (nothing was changed). "
                          "Fix: ship a character run over text8's 27; a model of your own text travels as a file: "
                          "txl_minimal.save(txl_minimal.load(RUN_DIR), 'mine.safetensors').")
+    if not new_shape and (other := _other_shape(name, ckpt["model_config"])):
+        raise ValueError(f"{run_dir} is not the shape of the shipped {name!r} ({other}), which the notebooks and "
+                         "docs read as it is (nothing was changed). Fix: train the run with the shipped model's "
+                         f"settings (its NAME.json's model_config), or --new-shape (ship(..., new_shape=True)) to "
+                         "replace it anyway")
     raw = (run_dir / "log.csv").read_bytes()
     if not raw.startswith(LOG_HEADER):
         raise ValueError(f"{run_dir / 'log.csv'} is not a training log (it begins {raw[:40]!r}); nothing was "
@@ -192,6 +192,10 @@ def _other_shape(name: str, model_config: dict) -> str:
         return ""
     if not isinstance(shipped, dict):
         return ""
+    try:  # each with the defaults of the fields it lacks, in one form (cutoffs None or [], ...)
+        shipped, model_config = (TXLConfig(**c).to_dict() for c in (shipped, model_config))
+    except (TypeError, ValueError):
+        pass
     keys = sorted((set(shipped) | set(model_config)) - {"dropout", "dropatt"})
     return "; ".join(f"{k} {shipped.get(k)!r} shipped, {model_config.get(k)!r} here" for k in keys
                      if shipped.get(k) != model_config.get(k))
