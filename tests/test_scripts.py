@@ -175,3 +175,20 @@ def test_long_range_keeps_models_only_of_its_own_settings(tmp_path, capsys):
     err = refused(script("long_range").main, ["--out", str(tmp_path), "--only", "xl", "--steps", "20"], capsys)
     assert "of --steps 8000 --eval-tokens 200000, and these would be of --steps 20" in err
     assert (tmp_path / "long_range.json").read_bytes() == before
+
+
+def test_rebuilding_text8_mini_changes_the_shipped_file_only_when_asked(tmp_path, capsys, monkeypatch):
+    """data/build_text8_mini.py wrote the rebuilt file over the shipped one even where another zlib gave
+    other bytes: MANIFEST.json then called the package's corpus damaged."""
+    spec = importlib.util.spec_from_file_location("build", ROOT / "data" / "build_text8_mini.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    monkeypatch.setattr(build, "read_source", lambda path: b"")
+    monkeypatch.setattr(build, "build_text", lambda raw: "the same text")
+    monkeypatch.setattr(build, "compress", lambda text: b"other gzip bytes")
+    before = shipped_state()
+    err = refused(build.main, ["gensim.whl"], capsys)
+    assert "holds the same text in other gzip bytes" in err and "--replace-shipped" in err
+    assert shipped_state() == before
+    build.main(["gensim.whl", "--out", str(tmp_path / "mini.txt.gz")])  # elsewhere: written
+    assert (tmp_path / "mini.txt.gz").read_bytes() == b"other gzip bytes"
