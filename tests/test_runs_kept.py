@@ -55,6 +55,10 @@ def test_overwrite_keeps_the_old_run_until_the_new_one_saves_a_checkpoint(tmp_pa
     with pytest.raises(TrainingDiverged):  # a second --overwrite that fails too: still the run with weights
         train(tiny_cfg(), diverging, corpus, overwrite=True, progress=False)
     assert snapshot(out / REPLACED) == old
+    (out / "log.csv").unlink()  # (killed before its first row): the folder is not taken for an empty one
+    with pytest.raises(FileExistsError, match=r"holds no run of its own \(no ckpt.pt\), but the run --overwrite "
+                                              r"replaced is kept in .*and --resume it. Or: --overwrite"):
+        train(tiny_cfg(), tiny_train_cfg(out, max_steps=8, eval_interval=4), corpus, progress=False)
     for path in (out / REPLACED).iterdir():  # the advice works: its files back, resumed
         os.replace(path, out / path.name)
     (out / REPLACED).rmdir()

@@ -108,9 +108,13 @@ def claim_out(out_dir: Path, resume: bool, overwrite: bool, rank: int) -> None:
     if found == ["log.csv"] and not log_has_rows(out_dir / "log.csv"):
         found = []  # a run that failed before its first row (a header at most): nothing to keep
     aside = replaced_note(out_dir, " Or: ")
+    if not found and aside and not overwrite:  # only the run an --overwrite replaced, whose successor never saved
+        raise (FileNotFoundError if resume else FileExistsError)(
+            f"{out_dir}/ holds no run of its own (no ckpt.pt), but {aside[5:]}. Or: --overwrite to start afresh "
+            "(train(..., overwrite=True)), or another --out directory.")
     if resume and not found:
         raise FileNotFoundError(f"{out_dir}/ holds no run to resume (no ckpt.pt). Fix: drop --resume to start afresh "
-                                f"(train(..., resume=False)).{aside}")
+                                "(train(..., resume=False)).")
     if found and LAST not in found and not overwrite:  # a crash before the first checkpoint, or weights deleted
         best = (" (its best.pt goes too, once the new run has a checkpoint: copy it elsewhere first to keep it)"
                 if BEST in found else "")
