@@ -25,7 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a clone, uninstalled
 from txl_minimal.data import MINI_PATH, VOCAB, encode
-from txl_minimal.utils import atomic_write
+from txl_minimal.files import atomic_write
+from txl_minimal.shipped_files import shipped_folder, write_shipped
 from txl_minimal.wikifil import wikifil
 
 FIXTURE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
@@ -70,15 +71,25 @@ def compress(text: str) -> bytes:
     return buf.getvalue()
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("source", help=f"gensim-*.whl or {FIXTURE}")
     ap.add_argument("--out", type=Path, default=OUT)
-    args = ap.parse_args()
+    ap.add_argument("--replace-shipped", action="store_true", help="into the package even where the gzip bytes "
+                    "differ from the shipped ones (another zlib), with its MANIFEST.json entry")
+    args = ap.parse_args(argv)
     text = build_text(read_source(args.source))
     gz = compress(text)
-    atomic_write(args.out, lambda f: f.write(gz))  # a killed build leaves the shipped file whole
     gz_sha = hashlib.sha256(gz).hexdigest()
+    if (folder := shipped_folder(args.out)) is not None and gz_sha != GZ_SHA256 and not args.replace_shipped:
+        ap.error(f"the rebuilt {args.out.name} holds the same text in other gzip bytes (SHA-256 {gz_sha[:16]}..., "
+                 f"shipped {GZ_SHA256[:16]}...: another zlib), so writing it into {folder} would change a shipped "
+                 "file (nothing was written). Fix: --out /tmp/text8-mini.txt.gz, or --replace-shipped (its "
+                 "MANIFEST.json entry is rewritten with it)")
+    if folder is not None and (args.out.parent / "MANIFEST.json").exists():
+        write_shipped({args.out: gz})  # the file and its manifest entry together
+    else:
+        atomic_write(args.out, lambda f: f.write(gz))  # a killed build leaves the old file whole
     if gz_sha != GZ_SHA256:
         print(f"warning: {args.out.name} SHA-256 {gz_sha} != {GZ_SHA256} (another zlib?); "
               "the text inside is verified identical", file=sys.stderr)

@@ -1,16 +1,16 @@
 """Train the encoding x recurrence ablation (the paper's Sec. 4.2 / Table 6 in miniature), the
 half-loss absolute model and the adaptive-span pair; write results.json.
 
-    python scripts/ablation.py                                 # the shipped numbers (~20 min, 2 cores)
+    python scripts/ablation.py --replace-shipped                # the shipped numbers (~20 min, 2 cores)
     python scripts/ablation.py --steps 3 --tiny --out /tmp/abl  # smoke test (seconds)
-    python scripts/ablation.py --only abs_nomem_half            # re-train one variant; the others'
+    python scripts/ablation.py --only abs_nomem_half --replace-shipped   # re-train one variant; the others'
                                                                 # results in OUT/results.json are kept
 
 Every variant: same size, data (text8-mini) and steps, trained once per seed (--seeds,
 3 by default: seeds 0, 1, 2); see txl_minimal/tutorial/ablation.py for what is trained and what
 "longer context" means per variant. Writes OUT/NAME/log.csv (seed 0), OUT/NAME/seedK/log.csv
 (seed K) and OUT/results.json (the weights are deleted unless --keep-ckpt); OUT defaults
-to results/ablation/, the shipped results that notebook 07 reads.
+to results/ablation/, the shipped results that notebook 07 reads, written only with --replace-shipped.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import json
 import math
 import platform
 import statistics
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -27,11 +28,13 @@ from collections.abc import Sequence
 
 import torch
 
-from txl_minimal.data import Corpus, load_corpus
+from txl_minimal.cli import int_at_least, stopped_by_ctrl_c
+from txl_minimal.data import Corpus, CorpusError, load_corpus
+from txl_minimal.files import WriteError, atomic_write_text, read_json
 from txl_minimal.flops import attention_flops_per_token
 from txl_minimal.model import TXLConfig
+from txl_minimal.shipped_files import shipped_out_problem
 from txl_minimal.train import evaluate, train
-from txl_minimal.utils import atomic_write_text
 from txl_minimal.tutorial.ablation import (BASE_MODEL, BASE_TRAIN, LONG_FACTOR, RESULTS_DIR, TEST_BATCH,
                                            TINY_MODEL, Variant, contexts, later_half_bpc, model_config,
                                            model_spans, results_table, train_config, variants)
@@ -114,17 +117,24 @@ def merge_seeds(per_seed: list[dict]) -> dict:
     return merged
 
 
-def _kept_runs(path: Path, steps: int, tiny: bool, seeds: int, new: dict) -> dict:
-    """The runs of an earlier results.json at ``path`` that ``new`` does not replace, if it was made
-    with the same steps, size and seeds (else none), with "_wall_s": their share of its wall time,
-    and "_threads": the thread count its meta records (a run made otherwise records its own)."""
+def _kept_runs(path: Path, steps: int, tiny: bool, seeds: int, new: Sequence[str]) -> dict:
+    """The runs of an earlier results.json at ``path`` that ``new`` (names) does not replace, with "_wall_s":
+    their share of its wall time, and "_threads": the thread count its meta records (a run made otherwise
+    records its own). ValueError if they were made with other steps, size or seeds: its meta, which
+    describes every run, could not describe both (they used to be dropped without a word)."""
     if not path.exists():
         return {}
-    old = json.loads(path.read_text())
+    old = read_json(path, f"Fix: move {path} aside (its runs are then not kept), or choose another --out")
     meta = old.get("meta", {})
-    if (meta.get("steps"), meta.get("tiny"), meta.get("seeds")) != (steps, tiny, list(range(seeds))):
-        return {}
     kept = {name: r for name, r in old.get("runs", {}).items() if name not in new}
+    then, now = (meta.get("steps"), meta.get("tiny"), meta.get("seeds")), (steps, tiny, list(range(seeds)))
+    if kept and then != now:
+        said = "steps {}, tiny {}, seeds {}"
+        raise ValueError(f"{path} holds runs ({', '.join(kept)}) made with {said.format(*then)}, and these would be "
+                         f"made with {said.format(*now)}: one results.json cannot describe both (nothing was trained). "
+                         "Fix: another --out, or the same --steps, --tiny and --seeds as those runs")
+    if not kept:
+        return {}
     replaced = sum(r["train_wall_s"] + r["eval_wall_s"] for name, r in old.get("runs", {}).items() if name in new)
     return dict(kept, _wall_s=max(0.0, meta.get("total_wall_s", 0.0) - replaced), _threads=meta.get("threads"))
 
@@ -133,19 +143,23 @@ def run_ablation(steps: int = BASE_TRAIN["max_steps"], out: str | Path = RESULTS
                  only: Optional[Sequence[str]] = None, eval_tokens: Optional[int] = None,
                  span_loss_coeff: Optional[float] = None, threads: Optional[int] = 2,
                  keep_ckpt: bool = False, progress: bool = False, verbose: bool = True,
-                 seeds: int = 3) -> dict:
+                 seeds: int = 3, replace_shipped: bool = False) -> dict:
     """Train and score every variant with seeds 0..``seeds``-1; write ``out``/results.json and return it.
     With ``only``, the other variants' results already in ``out``/results.json (same steps, seeds and
-    size) are kept."""
-    if threads:
-        torch.set_num_threads(threads)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    corpus = load_corpus(BASE_TRAIN["corpus"])
+    size: else a ValueError) are kept. ``out`` is the shipped folder by default, written only with
+    ``replace_shipped`` (else a ValueError, before anything is written)."""
+    if not replace_shipped and (problem := shipped_out_problem(out, "scripts/ablation.py", "runs/ablation")):
+        raise ValueError(problem)
     chosen = [v for v in variants(span_loss_coeff) if only is None or v.name in only]
     if only is not None and len(chosen) != len(set(only)):
         known = [v.name for v in variants()]
         raise ValueError(f"unknown variant in {list(only)}; choose from {known}")
+    out = Path(out)
+    kept = _kept_runs(out / "results.json", steps, tiny, seeds, [v.name for v in chosen]) if only is not None else {}
+    if threads:
+        torch.set_num_threads(threads)
+    out.mkdir(parents=True, exist_ok=True)
+    corpus = load_corpus(BASE_TRAIN["corpus"])
     t0 = time.perf_counter()
     runs = {}
     for v in chosen:
@@ -159,7 +173,6 @@ def run_ablation(steps: int = BASE_TRAIN["max_steps"], out: str | Path = RESULTS
                       f"{r['test_bpc']['long_ctx']:.3f} (long ctx)  train {r['train_wall_s']:.0f} s", flush=True)
         runs[v.name] = merge_seeds(per_seed)
     wall_s = time.perf_counter() - t0
-    kept = _kept_runs(out / "results.json", steps, tiny, seeds, runs) if only is not None else {}
     threads = torch.get_num_threads()
     if kept:
         wall_s += kept.pop("_wall_s")
@@ -182,22 +195,33 @@ def run_ablation(steps: int = BASE_TRAIN["max_steps"], out: str | Path = RESULTS
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=BASE_TRAIN["max_steps"], help="training steps per variant")
-    p.add_argument("--out", default=str(RESULTS_DIR), help="results folder (default: the shipped one)")
+    p.add_argument("--steps", type=int_at_least(1), default=BASE_TRAIN["max_steps"], help="training steps per variant")
+    p.add_argument("--out", default=str(RESULTS_DIR), help="results folder (default: the shipped one, with "
+                   "--replace-shipped)")
+    p.add_argument("--replace-shipped", action="store_true",
+                   help="write into the shipped results/ablation/ (notebook 07 reads it)")
     p.add_argument("--tiny", action="store_true", help="a tiny model and a short test prefix (smoke test)")
     p.add_argument("--only", nargs="*", choices=[v.name for v in variants()], help="train only these variants")
-    p.add_argument("--eval-tokens", type=int, help="score only this many test predictions (default: all)")
+    p.add_argument("--eval-tokens", type=int_at_least(1), help="score only this many test predictions (default: all)")
     p.add_argument("--span-loss-coeff", type=float, help="override the adaptive-span penalty lambda")
-    p.add_argument("--seeds", type=int, default=3, help="train every variant with seeds 0..N-1 (default 3)")
-    p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (numbers depend on it)")
+    p.add_argument("--seeds", type=int_at_least(1), default=3, help="train every variant with seeds 0..N-1 (default 3)")
+    p.add_argument("--threads", type=int_at_least(1), default=2, help="torch.set_num_threads (numbers depend on it)")
     p.add_argument("--keep-ckpt", action="store_true", help="keep each run's ckpt.pt and best.pt")
     p.add_argument("--progress", action="store_true", help="show a progress bar per run")
     args = p.parse_args(argv)
     eval_tokens = args.eval_tokens if args.eval_tokens is not None else (2048 if args.tiny else None)
     t0 = time.perf_counter()
-    results = run_ablation(args.steps, args.out, tiny=args.tiny, only=args.only, eval_tokens=eval_tokens,
-                           span_loss_coeff=args.span_loss_coeff, threads=args.threads,
-                           keep_ckpt=args.keep_ckpt, progress=args.progress, seeds=args.seeds)
+    try:
+        results = run_ablation(args.steps, args.out, tiny=args.tiny, only=args.only, eval_tokens=eval_tokens,
+                               span_loss_coeff=args.span_loss_coeff, threads=args.threads, keep_ckpt=args.keep_ckpt,
+                               progress=args.progress, seeds=args.seeds, replace_shipped=args.replace_shipped)
+    except (ValueError, FileNotFoundError, FileExistsError, CorpusError) as e:  # bad input: the message, no traceback
+        p.error(str(e))
+    except WriteError as e:  # a full disk, a read-only --out
+        sys.exit(f"error: {e}")
+    except KeyboardInterrupt as e:  # (training's own Ctrl-C included: the script has no --resume)
+        stopped_by_ctrl_c(e, f"stopped by Ctrl-C: {args.out}/results.json is as it was (it is written at the end). "
+                             "Fix: run the same command again")
     print(results_table(results))
     print(f"{len(results['runs'])} runs in {time.perf_counter() - t0:.0f} s -> {args.out}/results.json")
 

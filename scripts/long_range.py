@@ -1,6 +1,6 @@
 """Train the long-range recall comparison; write results/long_range.json and the weights.
 
-    python scripts/long_range.py                        # the shipped results (~40 min, 1 thread)
+    python scripts/long_range.py --replace-shipped      # the shipped results (~40 min, 1 thread)
     python scripts/long_range.py --steps 20 --out /tmp/lr --only xl lstm   # smoke test (seconds)
 
 Every model sees the same recall stream (txl_minimal/tasks.py), batch, segment length
@@ -15,7 +15,8 @@ and how each is scored, on a held-out stream with gaps up to 800: Transformer-XL
 in segments with its memory (also with 0 memory and with 2x, 4x, 8x M); the vanilla model
 gets a sliding window of exactly L tokens before every answer (its best case); the LSTM
 reads it in segments with its state carried. Every model is rounded to float16 before it
-is scored; the seed-0 xl, vanilla and lstm weights are stored (under 1 MB each).
+is scored; the seed-0 xl, vanilla and lstm weights are stored (under 1 MB each). OUT defaults to results/,
+whose long_range.json and long_range/ the notebooks read: written only with --replace-shipped.
 """
 from __future__ import annotations
 
@@ -31,7 +32,10 @@ from txl_minimal.model import TransformerXL, TXLConfig
 from txl_minimal.tasks import (LSTMLM, RecallTask, bucket_labels, recall_accuracy, recall_correct, recall_stream,
                                round_to_float16, save_recall_model, stream_predictions, train_stream,
                                window_predictions)
-from txl_minimal.utils import atomic_write, seed_everything
+from txl_minimal.cli import int_at_least, stopped_by_ctrl_c
+from txl_minimal.files import atomic_write
+from txl_minimal.machine import seed_everything
+from txl_minimal.shipped_files import shipped_out_problem
 
 OUT = Path(__file__).resolve().parents[1] / "results"
 TASK, EVAL_TASK = RecallTask(), RecallTask(max_gap=800)
@@ -84,18 +88,30 @@ def scores(name: str, kind: str, model: torch.nn.Module, stream) -> dict[str, di
     return rows
 
 
-def main() -> None:
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python scripts/long_range.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=STEPS)
+    p.add_argument("--steps", type=int_at_least(1), default=STEPS)
     p.add_argument("--out", type=Path, default=OUT,
-                   help="writes OUT/long_range.json and OUT/long_range/NAME.safetensors")
+                   help="writes OUT/long_range.json and OUT/long_range/NAME.safetensors (default: the shipped "
+                        "results/, with --replace-shipped)")
+    p.add_argument("--replace-shipped", action="store_true", help="write into the shipped results/ (the notebooks "
+                   "read it)")
     p.add_argument("--only", nargs="+", choices=list(RUNS), help="train only these (others kept from the JSON)")
-    p.add_argument("--eval-tokens", type=int, default=200_000)
-    args = p.parse_args()
+    p.add_argument("--eval-tokens", type=int_at_least(1), default=200_000)
+    args = p.parse_args(argv)
+    if not args.replace_shipped and (problem := shipped_out_problem(args.out, "scripts/long_range.py",
+                                                                    "runs/long_range")):
+        p.error(problem)
 
     json_path = args.out / "long_range.json"
     results = json.loads(json_path.read_text()) if json_path.exists() and args.only else {"models": {}}
+    then = (results.get("steps", args.steps), results.get("eval_task", {}).get("tokens", args.eval_tokens))
+    if (kept := sorted({r["trained"] for r in results["models"].values()} - set(args.only or []))) and \
+            then != (args.steps, args.eval_tokens):  # one JSON's settings describe every model in it
+        p.error(f"{json_path} holds models ({', '.join(kept)}) of --steps {then[0]} --eval-tokens {then[1]}, and "
+                f"these would be of --steps {args.steps} --eval-tokens {args.eval_tokens}: one long_range.json cannot "
+                "describe both (nothing was trained). Fix: another --out, or the same --steps and --eval-tokens")
     results.update(chance=TASK.chance, tgt_len=TGT_LEN, mem_len=MEM_LEN, steps=args.steps, batch=BATCH,
                    buckets=bucket_labels(EDGES), task=asdict(TASK),
                    eval_task={"max_gap": EVAL_TASK.max_gap, "tokens": args.eval_tokens},
@@ -120,4 +136,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt as e:
+        stopped_by_ctrl_c(e, "stopped by Ctrl-C: OUT/long_range.json holds the models finished (written after each)")

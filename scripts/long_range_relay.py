@@ -1,7 +1,7 @@
 """Does the stop-gradient keep Transformer-XL from relaying a value past L + M? Writes
 results/long_range_relay.json (notebook 03, section 5, reads it).
 
-    python scripts/long_range_relay.py                         # the shipped result (~15 min, 1 thread)
+    python scripts/long_range_relay.py --replace-shipped       # the shipped result (~15 min, 1 thread)
     python scripts/long_range_relay.py --steps 5 --out /tmp/r  # smoke test (a minute)
 
 A 2-layer model can see a set up to 2M + L - 1 tokens back, but past L + M - 1 only
@@ -38,7 +38,10 @@ from txl_minimal.model import TransformerXL
 from txl_minimal.tasks import (RecallTask, bucket_labels, load_recall_model, recall_accuracy, recall_correct,
                                recall_stream, stream_predictions)
 from txl_minimal.tutorial.analysis import band_forward, token_embeddings
-from txl_minimal.utils import atomic_write_text, seed_everything
+from txl_minimal.cli import int_at_least, stopped_by_ctrl_c
+from txl_minimal.files import atomic_write_text
+from txl_minimal.machine import seed_everything
+from txl_minimal.shipped_files import shipped_out_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 START = ROOT / "results" / "long_range" / "xl.safetensors"
@@ -110,13 +113,19 @@ def bucket_means(values: np.ndarray, gap: np.ndarray) -> dict[str, float]:
     return {label: float(values[(gap > lo) & (gap <= hi)].mean()) for label, lo, hi in buckets}
 
 
-def main() -> None:
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python scripts/long_range_relay.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=STEPS)
-    p.add_argument("--out", type=Path, default=ROOT / "results", help="writes OUT/long_range_relay.json")
-    p.add_argument("--eval-tokens", type=int, default=200_000)
-    args = p.parse_args()
+    p.add_argument("--steps", type=int_at_least(1), default=STEPS)
+    p.add_argument("--out", type=Path, default=ROOT / "results", help="writes OUT/long_range_relay.json (default: "
+                   "the shipped results/, with --replace-shipped)")
+    p.add_argument("--replace-shipped", action="store_true", help="write into the shipped results/ (notebook 03 "
+                   "reads it)")
+    p.add_argument("--eval-tokens", type=int_at_least(1), default=200_000)
+    args = p.parse_args(argv)
+    if not args.replace_shipped and (problem := shipped_out_problem(args.out, "scripts/long_range_relay.py",
+                                                                    "runs/relay")):
+        p.error(problem)
 
     seed_everything(0)
     train = recall_stream(2_000_000, TASK, seed=1234)  # the stream scripts/long_range.py trained on
@@ -146,4 +155,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt as e:
+        stopped_by_ctrl_c(e, "stopped by Ctrl-C: OUT/long_range_relay.json is as it was (it is written at the end)")

@@ -1,6 +1,6 @@
 """Train the LSTM baseline on text8-mini; write results/lstm_text/lstm.safetensors and lstm.json.
 
-    python scripts/lstm_text.py                   # the shipped model (a few minutes, 2 threads)
+    python scripts/lstm_text.py --replace-shipped   # the shipped model (a few minutes, 2 threads)
     python scripts/lstm_text.py --steps 20 --out /tmp/lstm   # smoke test
 
 The LSTM sees the same characters in the same order, for the same number of steps, as the
@@ -9,7 +9,8 @@ batch 16, segments of 64, 5,000 steps, lr 1e-3 with 200 warm-up steps and cosine
 gradients clipped to 0.25); its state is carried from segment to segment and detached
 (truncated back-propagation through one segment). It is stored in float16, and the bpc
 in lstm.json is that of the stored weights: the whole valid and test splits read in one
-row, the state carried throughout.
+row, the state carried throughout. OUT defaults to the shipped results/lstm_text/ (notebook 06 reads
+it), written only with --replace-shipped.
 """
 from __future__ import annotations
 
@@ -23,7 +24,11 @@ import torch
 
 from txl_minimal.data import VOCAB_SIZE, load_corpus
 from txl_minimal.tasks import LSTMLM, round_to_float16, save_recall_model, train_stream
-from txl_minimal.utils import LN2, atomic_write, seed_everything
+from txl_minimal.cli import int_at_least, stopped_by_ctrl_c
+from txl_minimal.files import atomic_write
+from txl_minimal.machine import seed_everything
+from txl_minimal.scores import LN2
+from txl_minimal.shipped_files import shipped_out_problem
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "lstm_text"
 BATCH, TGT_LEN, STEPS, LR, WARMUP = 16, 64, 5000, 1e-3, 200  # the cpu-small preset's
@@ -43,13 +48,18 @@ def stream_bpc(model: LSTMLM, ids: np.ndarray, tgt_len: int = TGT_LEN) -> float:
     return total / (x.size(1) - 1) / LN2
 
 
-def main() -> None:
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python scripts/lstm_text.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=STEPS)
-    p.add_argument("--out", type=Path, default=OUT)
-    p.add_argument("--threads", type=int, default=2)
-    args = p.parse_args()
+    p.add_argument("--steps", type=int_at_least(1), default=STEPS)
+    p.add_argument("--out", type=Path, default=OUT, help="default: the shipped results/lstm_text/, with "
+                   "--replace-shipped")
+    p.add_argument("--replace-shipped", action="store_true", help="write into the shipped results/lstm_text/")
+    p.add_argument("--threads", type=int_at_least(1), default=2)
+    args = p.parse_args(argv)
+    if not args.replace_shipped and (problem := shipped_out_problem(args.out, "scripts/lstm_text.py",
+                                                                    "runs/lstm_text")):
+        p.error(problem)
 
     seed_everything(0, threads=args.threads)
     corpus = load_corpus("text8-mini")
@@ -68,4 +78,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt as e:
+        stopped_by_ctrl_c(e, "stopped by Ctrl-C: OUT/lstm.json is as it was (it is written last)")

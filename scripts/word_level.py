@@ -1,6 +1,6 @@
 """Train notebook 08's word-level pair on text8-mini-words; write results/word_level/.
 
-    python scripts/word_level.py                        # the shipped pair (about 5 minutes, 1 thread)
+    python scripts/word_level.py --replace-shipped      # the shipped pair (about 5 minutes, 1 thread)
     python scripts/word_level.py --steps 20 --out /tmp/words   # smoke test
 
 Transformer-XL and its vanilla twin (attn_type="abs", mem_len=0: absolute positions, no
@@ -11,7 +11,8 @@ Transformer-XL left the unigram plateau late: valid perplexity 718 after 250 ste
 with div_val 1 (same seed and settings), 557 after 2,500 steps. Each is rounded to float16
 and stored with ``tasks.save_recall_model``; the json holds the settings, the training time
 and the valid/test perplexity of the stored weights (every token of each split read in one
-row, memory carried).
+row, memory carried). OUT defaults to the shipped results/word_level/ (notebook 08 reads it), written
+only with --replace-shipped.
 """
 from __future__ import annotations
 
@@ -28,7 +29,10 @@ from txl_minimal.evaluate import evaluate
 from txl_minimal.model import TXLConfig
 from txl_minimal.tasks import round_to_float16, save_recall_model
 from txl_minimal.train import TrainConfig, train
-from txl_minimal.utils import atomic_write, seed_everything
+from txl_minimal.cli import int_at_least, stopped_by_ctrl_c
+from txl_minimal.files import atomic_write
+from txl_minimal.machine import seed_everything
+from txl_minimal.shipped_files import shipped_out_problem
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "word_level"
 MODEL = dict(n_layer=2, n_head=4, d_model=128, d_head=32, d_inner=512, dropout=0.1, dropatt=0.0,
@@ -37,13 +41,18 @@ TWINS = {"txl": {}, "vanilla": dict(attn_type="abs", mem_len=0)}
 TRAIN = dict(batch_size=16, lr=2e-3, warmup_steps=100, log_interval=100, seed=0)
 
 
-def main() -> None:
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python scripts/word_level.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=2500)
-    p.add_argument("--out", type=Path, default=OUT)
-    p.add_argument("--threads", type=int, default=1)
-    args = p.parse_args()
+    p.add_argument("--steps", type=int_at_least(1), default=2500)
+    p.add_argument("--out", type=Path, default=OUT, help="default: the shipped results/word_level/, with "
+                   "--replace-shipped")
+    p.add_argument("--replace-shipped", action="store_true", help="write into the shipped results/word_level/")
+    p.add_argument("--threads", type=int_at_least(1), default=1)
+    args = p.parse_args(argv)
+    if not args.replace_shipped and (problem := shipped_out_problem(args.out, "scripts/word_level.py",
+                                                                    "runs/word_level")):
+        p.error(problem)
     corpus = load_corpus("text8-mini-words")
     summary = {}
     for name, change in TWINS.items():
@@ -66,4 +75,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt as e:
+        stopped_by_ctrl_c(e, "stopped by Ctrl-C: OUT/word_level.json is as it was (it is written last)")

@@ -365,11 +365,12 @@ def test_an_allocation_failure_names_the_length_to_lower(tiny_model, monkeypatch
     ids = torch.randint(0, 27, (80,))
     monkeypatch.setattr(model, "segment", _allocation_fails)  # no 23 GB allocated: the failure it gives
     monkeypatch.setattr(model, "forward", _allocation_fails)
-    for caller, call in (("evaluate", lambda: evaluate(model, ids, tgt_len=50)),
-                         ("read_segments", lambda: list(read_segments(model, ids[None], tgt_len=50))),
-                         ("sliding_window_eval", lambda: sliding_window_eval(model, ids, 50))):
-        with pytest.raises(ValueError, match=f"{caller}.*tgt_len=50.*GB.*the allocation failed. Fix: a smaller "
-                                             "tgt_len \\(this model's own is 6\\)") as e:
+    segments = "tgt_len=50.*GB.*the allocation failed. Fix: a smaller tgt_len \\(this model's own is 6\\)"
+    window = "windows of 50 tokens.*GB.*the allocation failed. Fix: a shorter context \\(--sliding-window C"
+    for caller, call, said in (("evaluate", lambda: evaluate(model, ids, tgt_len=50), segments),
+                               ("read_segments", lambda: list(read_segments(model, ids[None], tgt_len=50)), segments),
+                               ("sliding_window_eval", lambda: sliding_window_eval(model, ids, 50), window)):
+        with pytest.raises(ValueError, match=f"{caller}.*{said}") as e:
             call()
         assert e.value.__cause__ is None and e.value.__suppress_context__  # torch's traceback not chained on
     monkeypatch.setattr(model, "segment", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("another bug")))

@@ -208,7 +208,7 @@ def test_a_failed_ship_changes_no_shipped_file(shipped_copy, char_run, tmp_path,
     run = tmp_path / "run"
     shutil.copytree(char_run, run)
     (run / "log.csv").unlink()
-    err = cli_error(pretrained_main, ["--ship", str(run), "--name", "txl-tiny", "--no-progress"], capsys)
+    err = cli_error(pretrained_main, ["--ship", str(run), "--name", "txl-tiny", "--no-progress", "--new-shape"], capsys)
     assert "has no log.csv" in err and "nothing was changed" in err and "Errno" not in err
     assert snapshot(shipped_copy) == before
     assert pretrained.load_pretrained("txl-tiny").cfg.d_model == 128  # still the shipped model
@@ -217,11 +217,11 @@ def test_a_failed_ship_changes_no_shipped_file(shipped_copy, char_run, tmp_path,
     full_disk.append("txl-tiny.json")  # the third of four files cannot be written
     with pytest.raises(WriteError, match="no space left.*txl-tiny.json.*none of txl-tiny.safetensors, "
                                          "txl-tiny.log.csv, txl-tiny.json, MANIFEST.json was changed"):
-        pretrained.ship(run, "txl-tiny")
+        pretrained.ship(run, "txl-tiny", new_shape=True)  # (a tiny run of another shape than txl-tiny's)
     assert snapshot(shipped_copy) == before  # the .pt and log staged before it were not renamed
 
     full_disk.clear()  # room on the disk again
-    pretrained_main(["--ship", str(run), "--name", "txl-tiny", "--no-progress"])
+    pretrained_main(["--ship", str(run), "--name", "txl-tiny", "--no-progress", "--new-shape"])
     manifest = json.loads((shipped_copy / MANIFEST).read_text())
     for name in ("txl-tiny.safetensors", "txl-tiny.log.csv", "txl-tiny.json"):
         assert manifest[name] == dict(bytes=(shipped_copy / name).stat().st_size,
@@ -861,3 +861,62 @@ def test_the_train_and_evaluate_modules_are_callable(tmp_path):
     assert res.step == 2 and train_module.TrainConfig is TrainConfig and train_module.train is train
     ids = torch.as_tensor(_ids(40))
     assert evaluate_module(res.model, ids) == evaluate(res.model, ids)
+
+
+# Issue 48, the runs' side: --ship of a run still training or of another shape; a full disk at the first checkpoint
+
+def test_ship_refuses_a_run_still_training_and_says_one_that_stopped_early(shipped_copy, tmp_path, capsys):
+    """--ship RUN while RUN was still training, after its first checkpoint, shipped its mid-run best.pt (step
+    700 of 3,000) as txl-tiny without a word (before its first checkpoint it was refused)."""
+    from txl_minimal.pretrained import main as pretrained_main
+    run = tmp_path / "run"
+    train(tiny_cfg(), tiny_train_cfg(run, max_steps=8, eval_interval=2), synthetic_corpus("the cat sat "),
+          stop_at=4, progress=False)
+    (run / LOCK).write_text(json.dumps(dict(pid=os.getpid(), host=os.uname().nodename, started="2026-12-01 10:00:00",
+                                            first_checkpoint=2)))
+    before = snapshot(shipped_copy)
+    argv = ["--ship", str(run), "--name", "txl-tiny", "--no-progress", "--new-shape"]
+    err = cli_error(pretrained_main, argv, capsys)
+    assert f"{run}/ is being trained right now (pid {os.getpid()}" in err and "nothing was changed" in err
+    assert re.search(r"best.pt is a state from the middle of the run \(step [24] of max_steps 8\)", err)
+    assert snapshot(shipped_copy) == before
+    (run / LOCK).unlink()  # a run that stopped at step 4 of 8: shipped, and said
+    pretrained_main(argv)
+    said = capsys.readouterr().out
+    assert "(the run stopped at step 4 of max_steps 8, before its end)" in said
+    assert "it replaces the shipped txl-tiny of step 5,000" in said
+
+
+def test_ship_of_another_shape_over_a_shipped_model_is_refused_unless_asked(shipped_copy, char_run, capsys):
+    """A 4-step cpu-tiny run shipped over the 5,000-step cpu-small txl-tiny, which the notebooks read as it
+    is, without a word."""
+    from txl_minimal.pretrained import main as pretrained_main
+    before = snapshot(shipped_copy)
+    err = cli_error(pretrained_main, ["--ship", str(char_run), "--name", "txl-tiny", "--no-progress"], capsys)
+    assert "is not the shape of the shipped 'txl-tiny' (d_head 32 shipped, 8 here; d_inner 512 shipped, 32 here; " \
+           "d_model 128 shipped, 16 here; mem_len 64 shipped, 8 here; n_head 4 shipped, 2 here; n_layer 4 shipped, 2 " \
+           "here; tgt_len 64 shipped, 8 here)" in err and "--new-shape" in err and "nothing was changed" in err
+    with pytest.raises(ValueError, match="not the shape of the shipped"):
+        pretrained.ship(char_run, "txl-tiny")
+    assert snapshot(shipped_copy) == before
+    err = cli_error(pretrained_main, ["--update-json", "txl-tiny", "--new-shape"], capsys)
+    assert "--new-shape goes with --ship" in err
+
+
+@pytest.mark.parametrize("which", ["ckpt.pt.", "best.pt."])
+def test_a_full_disk_at_the_first_checkpoint_advises_overwrite_which_works(which, tmp_path, full_disk, capsys,
+                                                                           monkeypatch):
+    """It advised "run the same command with --resume", which said "no checkpoint, drop --resume", which said
+    "already holds a run ... --resume": a loop, where only --overwrite worked."""
+    monkeypatch.setenv("TXL_CORPUS", "text8-mini")
+    out = tmp_path / "run"
+    argv = ["--out", str(out), "--max-steps", "4", "--no-progress", "--set", *TINY_SET, "eval_interval=2",
+            "warmup_steps=1"]
+    full_disk.append(which)
+    said = cli_error(train_main, argv, capsys, code=1)
+    assert "No checkpoint was saved before this one" in said and "--resume" not in said
+    assert said.endswith("then run the same command with --overwrite (no checkpoint was saved, so there is nothing "
+                         "to resume: the run starts afresh)")
+    full_disk.clear()
+    train_main([*argv, "--overwrite"])  # the advice works
+    assert load_checkpoint(out / "ckpt.pt")["step"] == 4

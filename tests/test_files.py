@@ -295,7 +295,9 @@ def test_evaluating_a_folder_a_text_file_or_a_malicious_pickle(tmp_path, capsys)
     assert "no model at" in err and "Fix" in err
     (tmp_path / "notes.txt").write_text("not a model\n")
     err = cli_error(evaluate_main, [str(tmp_path / "notes.txt"), "--no-progress"], capsys)
-    assert "notes.txt is corrupt or incomplete" in err and "Traceback" not in err
+    # (it used to be called "corrupt or incomplete": a text file is no damaged checkpoint)
+    assert "notes.txt is a text file (it begins 'not a model\\n'), not a checkpoint" in err and "Traceback" not in err
+    assert "corrupt" not in err and "--corpus FILE" in err
 
     class Evil:
         def __reduce__(self):

@@ -52,7 +52,8 @@ ALLOWED = {
     "reference": {"model"},  # the naive key-by-key model the tests trust (it reads model.py's sinusoid_table)
     "checkpoint": {"model", "data", "utils", "safetensors_io"},
     "segments": {"model", "checkpoint", "validation", "provenance"},  # read_segments; does a segment fit
-    "evaluate": {"model", "data", "corpora", "files", "utils", "checkpoint", "validation", "fast", "provenance",
+    "evaluate": {"model", "data", "corpora", "files", "utils", "cli", "checkpoint", "validation", "fast",
+                 "provenance",
                  "stats", "segments"},  # its command line's comparisons
     "presets": {"model", "data"},  # the presets' settings (their TrainConfig is made in train.py)
     "devices": {"model", "data", "machine", "validation", "fast"},  # DDP, precision, compile, Adam
@@ -67,10 +68,10 @@ ALLOWED = {
     "train": {"model", "data", "corpora", "checkpoint", "evaluate", "validation", "presets", "devices", "run_folder",
               "command_line", "batching", "text_file", "train_config", "bookkeeping", "run_checkpoints",
               "run_signals", "scores", "files", "machine", "cli"},
-    "pretrained": {"model", "data", "utils", "checkpoint", "evaluate", "stats"},
-    "generate": {"checkpoint", "data", "utils"},  # python -m txl_minimal.generate
+    "pretrained": {"model", "data", "utils", "checkpoint", "evaluate", "stats", "cli"},
+    "generate": {"checkpoint", "data", "utils", "cli"},  # python -m txl_minimal.generate
     "doctor": {"utils", "corpora", "text8", "word_corpora", "enwik8", "checkpoint",  # python -m txl_minimal.doctor
-               "train", "safetensors_io"},
+               "train", "safetensors_io", "cli"},
     # the notebooks' helpers
     "tutorial.context": {"model", "data", "utils", "evaluate", "stats"},
     "tutorial.analysis": {"model", "data", "utils", "evaluate"},

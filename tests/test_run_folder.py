@@ -282,14 +282,16 @@ def test_best_checkpoint_survives_a_resume_bit_exactly(tmp_path):
 
 
 def test_best_checkpoint_is_part_of_the_run_in_out(tmp_path):
-    """best.pt alone is a run (refused without --resume/--overwrite); --overwrite removes it, so
-    a new run that has not evaluated yet leaves no best.pt of the old one behind."""
+    """best.pt alone is a run (refused without --overwrite: with no ckpt.pt, --resume cannot continue it, and
+    the refusal used to advise it); --overwrite removes it, so a new run that has not evaluated yet leaves no
+    best.pt of the old one behind."""
     assert "best.pt" in RUN_FILES
     corpus, out = overfitting_corpus(), tmp_path / "run"
     train(tiny_cfg(), overfitting_cfg(out), corpus, progress=False)
     for name in ("ckpt.pt", "log.csv"):
         (out / name).unlink()
-    with pytest.raises(FileExistsError, match=r"holds a run \(best.pt\)"):
+    with pytest.raises(FileExistsError, match=r"holds a run's best.pt but no ckpt.pt .*cannot be resumed\. Fix: "
+                                              r"--overwrite"):
         train(tiny_cfg(), overfitting_cfg(out), corpus, progress=False)
     res = train(tiny_cfg(), overfitting_cfg(out), corpus, stop_at=3, overwrite=True, progress=False)
     assert sorted(p.name for p in out.iterdir()) == ["ckpt.pt", "log.csv"]  # no periodic evaluation yet
@@ -431,7 +433,8 @@ def test_ctrl_c_and_divergence_under_torchrun(tmp_path):
     _, err = p.communicate(timeout=180)
     assert err.count("training interrupted at step") == 1 and err.count("finishing this step") == 1, err
     step = int(re.search(r"training interrupted at step (\d+): \S*ckpt.pt holds that step", err).group(1))
-    assert re.search(r"^  torchrun --nproc_per_node 2 -m txl_minimal.train .*--resume$", err, re.M)
+    # the launcher's own options, --standalone among them (it was dropped, and the line failed without it)
+    assert re.search(r"^  torchrun --standalone --nproc_per_node 2 -m txl_minimal.train .*--resume$", err, re.M)
     assert "txl_minimal/" not in err and "KeyboardInterrupt" not in err, err  # no rank's traceback
     ckpt = load_checkpoint(out / "ckpt.pt")
     assert ckpt["step"] == step and len(ckpt["rng"]) == 2 and not (out / LOCK).exists()

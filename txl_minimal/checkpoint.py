@@ -38,7 +38,7 @@ import torch
 
 from txl_minimal.data import VOCAB, WORD_CORPORA
 from txl_minimal.model import TransformerXL, TXLConfig
-from txl_minimal.safetensors_io import load_file, to_bytes
+from txl_minimal.safetensors_io import file_format, load_file, to_bytes
 from txl_minimal.utils import (atomic_write, check_device, check_shipped, non_finite, refuse_empty_path,
                                training_now)
 
@@ -217,7 +217,12 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> TransformerXL:
         Traceback (most recent call last):
         FileNotFoundError: no model at no-such-run: not a shipped model (txl, vanilla, txl-tiny, ...
     """
-    return model_from_checkpoint(load_checkpoint(checkpoint_file(path), map_location=device), device)
+    path = checkpoint_file(path)
+    ckpt = load_checkpoint(path, map_location=device)
+    try:
+        return model_from_checkpoint(ckpt, device)
+    except ValueError as e:  # (the weights do not fit its config: name the file)
+        raise ValueError(str(e).replace("the checkpoint's", f"checkpoint {path}'s", 1)) from None
 
 
 class ConfigMismatch(ValueError):
@@ -265,10 +270,10 @@ def load_checkpoint(path: str | Path, model_cfg: Optional[TXLConfig] = None,
     map_location = check_device(map_location, "device")  # not "corrupt" for a GPU this machine lacks
     _refuse_text(Path(path))
     check_shipped(path)  # a shipped model: its size and SHA-256 against pretrained/MANIFEST.json
-    safetensors = Path(path).suffix == SAFETENSORS
+    kind = file_format(path)  # what it holds, whatever its name says (a renamed file)
+    safetensors = kind == "safetensors" or kind is None and Path(path).suffix == SAFETENSORS
     try:
-        ckpt = (_load_safetensors(path, map_location) if safetensors else
-                torch.load(path, map_location=map_location, weights_only=True))
+        ckpt = _load_safetensors(path, map_location) if safetensors else _torch_load(path, map_location)
     except PermissionError:
         raise
     except Exception as e:  # damaged bytes fail anywhere in the unpickler (EOFError, UnpicklingError,
@@ -283,6 +288,13 @@ def load_checkpoint(path: str | Path, model_cfg: Optional[TXLConfig] = None,
     if model_cfg is not None:
         check_config(ckpt["model_config"], model_cfg, f"checkpoint {path}")
     return ckpt
+
+
+def _torch_load(path: str | Path, map_location: str | torch.device) -> dict:
+    """torch.load of a file object (weights_only): given a path whose name ends in .safetensors, torch
+    would refuse a torch.save file renamed so."""
+    with open(path, "rb") as f:
+        return torch.load(f, map_location=map_location, weights_only=True)
 
 
 LOG_HEADER = b"step,tokens,wall_time_s,"  # how a run's log.csv begins (run_folder.CSV_COLUMNS)
@@ -302,12 +314,19 @@ def _refuse_pickled_model(path: Path, e: Exception) -> None:
 
 
 def _refuse_text(path: Path) -> None:
-    """ValueError if ``path`` is a run's log.csv (a checkpoint is a zip archive, never text)."""
+    """ValueError if ``path`` is a run's log.csv, or any text file (a checkpoint is a zip archive or
+    safetensors, never text): not "corrupt"."""
     with open(path, "rb") as f:
-        head = f.read(len(LOG_HEADER))
-    if head == LOG_HEADER:
+        head = f.read(60)
+    if head.startswith(LOG_HEADER):
         raise ValueError(f"{path} is a training log (log.csv), not a checkpoint. Fix: pass the run's folder "
                          f"({path.parent}, which holds ckpt.pt) or its ckpt.pt.")
+    if file_format(path) == "text":
+        text = head.decode("utf-16" if head.startswith((b"\xff\xfe", b"\xfe\xff")) else "utf-8", "ignore")
+        raise ValueError(f"{path} is a text file (it begins {text[:24]!r}), not a "
+                         "checkpoint, which is a run's ckpt.pt or best.pt or a file txl_minimal.save wrote. Fix: pass "
+                         "a run's --out folder, a checkpoint file or a shipped name; a text to score is the corpus "
+                         "(--corpus FILE, load_corpus(FILE)).")
 
 
 def _damage(ckpt, path: str | Path) -> Optional[str]:
@@ -359,9 +378,26 @@ def model_from_checkpoint(ckpt: dict, device: str | torch.device = "cpu") -> Tra
         128
     """
     model = TransformerXL(TXLConfig(**ckpt["model_config"])).to(check_device(device, "device"))
+    check_weights_fit(model, ckpt["model"], "the checkpoint")
     model.load_state_dict(ckpt["model"])
     attach_vocab(model, checkpoint_vocab(ckpt), ckpt.get("corpus"))
     return model.eval()
+
+
+def check_weights_fit(model: torch.nn.Module, weights: dict, what: str) -> None:
+    """ValueError naming the tensors missing, unexpected or of another shape if ``weights`` (a state_dict)
+    do not fit ``model``, built from the config saved beside them: torch's RuntimeError lists every key."""
+    expected = model.state_dict()
+    missing, unexpected = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
+    shapes = [f"{k} {tuple(weights[k].shape)} saved, {tuple(expected[k].shape)} by the config"
+              for k in sorted(set(expected) & set(weights)) if tuple(weights[k].shape) != tuple(expected[k].shape)]
+    said = [f"{label} {', '.join(names[:3])}{' ...' * (len(names) > 3)} ({len(names)} in all)"
+            for label, names in (("missing", missing), ("unexpected", unexpected), ("shapes:", shapes)) if names]
+    if said:
+        raise ValueError(f"{what}'s weights do not fit the model_config saved with them ({'; '.join(said)}): the "
+                         "config was edited, or replaced on the model before it was saved. Fix: save the model again "
+                         "from the session that trained it (txl_minimal.save(model, path)), or build a TXLConfig of "
+                         "the weights' sizes and load_state_dict them into TransformerXL(config)")
 
 
 # ----------------------------------------------------------------------------- what the ids mean

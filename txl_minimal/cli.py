@@ -1,12 +1,14 @@
 """What the package's command lines share (``python -m txl_minimal.train``, ``.evaluate``,
-``.pretrained``): argparse's ``int_at_least`` and ``Once``, ``terminal_progress``, and
-``callable_module``, which lets ``from txl_minimal import train`` be called as the function."""
+``.pretrained``, the scripts): argparse's ``int_at_least`` and ``Once``, ``terminal_progress``,
+``stopped_by_ctrl_c`` (one line, not KeyboardInterrupt's traceback), and ``callable_module``, which lets
+``from txl_minimal import train`` be called as the function."""
 from __future__ import annotations
 
 import argparse
 import sys
 import types
 from collections.abc import Callable
+from typing import NoReturn
 
 
 def terminal_progress(wanted: bool) -> bool:
@@ -40,6 +42,18 @@ class Once(argparse.Action):
                          "Fix: give it once")
         given[self.dest] = values
         setattr(namespace, self.dest, values)
+
+
+def stopped_by_ctrl_c(e: KeyboardInterrupt, said: str) -> NoReturn:
+    """Exit as a command stopped by Ctrl-C does, status 130 (a training stopped by SIGTERM or SIGHUP: 128 + its
+    number, ``e.status``), with one line ``said`` (what was kept or written) on stderr, not
+    KeyboardInterrupt's traceback."""
+    try:
+        if said:
+            print(said, file=sys.stderr, flush=True)
+    except OSError:  # the terminal has gone
+        pass
+    sys.exit(getattr(e, "status", 130))
 
 
 class _CallableModule(types.ModuleType):

@@ -35,6 +35,7 @@ import torch
 
 from txl_minimal import enwik8, text8, word_corpora
 from txl_minimal.checkpoint import PRETRAINED_DIR
+from txl_minimal.cli import stopped_by_ctrl_c
 from txl_minimal.corpora import (CorpusError, Source, cache_files, check_text, folder_in_place, text8_dir,
                                  unzip_and_check)
 from txl_minimal.enwik8 import ENWIK8
@@ -497,7 +498,10 @@ def main(argv: Optional[list[str]] = None) -> None:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="do not time what amp='auto' would pick")
     args = p.parse_args(argv)
-    text, status = report(measure=not args.quick)
+    try:
+        text, status = report(measure=not args.quick)
+    except KeyboardInterrupt as e:  # (the timing of amp="auto" takes a while)
+        stopped_by_ctrl_c(e, "stopped by Ctrl-C: nothing was written (--quick skips the timing)")
     print(text)
     sys.exit(status)
 

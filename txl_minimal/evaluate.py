@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from txl_minimal import fast, provenance, stats, validation
+from txl_minimal.cli import stopped_by_ctrl_c
 from txl_minimal.checkpoint import (BEST, NAMES, checkpoint_file, checkpoint_vocab, describe_vocab, load_checkpoint,
                                     model_from_checkpoint, model_vocab, unwrap, vocab_entry)
 from txl_minimal.corpora import shown_path
@@ -191,9 +192,9 @@ def sliding_window_eval(model: TransformerXL, data, context: int,
     B = max(1, min(batch_size, last))
     if batch_size > B and last > 0:
         capped["batch_size"] = (batch_size, f"there are {last:,} windows after the first")
-    own, what = model.cfg.tgt_len, "sliding_window_eval (tgt_len: its context)"
-    check_fits(model, B, context, 0, context, what, own)
-    with model.lengths(tgt_len=context, mem_len=0), out_of_memory_said(model, B, context, 0, what, own):
+    own, what = model.cfg.tgt_len, "sliding_window_eval"
+    check_fits(model, B, context, 0, context, what, own, window=True)
+    with model.lengths(tgt_len=context, mem_len=0), out_of_memory_said(model, B, context, 0, what, own, window=True):
         parts = [model(ids[None, :c], targets=ids[None, 1:c + 1]).nll.double()[0]]
         total = parts[0].sum()
         windows = ids.unfold(0, context, 1) if last > 0 else None  # a view: no copy
@@ -483,6 +484,8 @@ def main(argv: Optional[list[str]] = None) -> None:
                                                last=args.last, per_token=kind is not None))
         except (ValueError, FileNotFoundError, CorpusError) as e:  # bad input: the message, no traceback
             p.error(str(e))
+        except KeyboardInterrupt as e:
+            stopped_by_ctrl_c(e, "stopped by Ctrl-C: nothing was written (an evaluation writes nothing)")
     compared = None if kind is None else _compared(p, runs, kind, results, args.block or BLOCK)
     for (target, _), r in zip(runs, results):
         if (which := which_state(target, r)) is not None and (kind != "mem_len" or r is results[0]):

@@ -23,6 +23,7 @@ from typing import Optional
 import torch
 
 from txl_minimal.checkpoint import NAMES, checkpoint_file, load_checkpoint, model_from_checkpoint
+from txl_minimal.cli import stopped_by_ctrl_c
 from txl_minimal.data import CorpusError, generate_text
 from txl_minimal.utils import Once, check_device, int_at_least
 
@@ -72,6 +73,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     except (ValueError, FileNotFoundError, CorpusError) as e:  # bad input: the message, no traceback
         text8 = str(e).startswith("encode:")  # text8's encoder names the character, not the fix
         p.error(f"{e}. Fix: write the prompt in text8's characters, space and a-z" if text8 else str(e))
+    except KeyboardInterrupt as e:
+        stopped_by_ctrl_c(e, "stopped by Ctrl-C: nothing was written (generate only prints)")
     print(text)
 
 

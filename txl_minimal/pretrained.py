@@ -39,12 +39,13 @@ import numpy as np
 import torch
 
 from txl_minimal import stats
+from txl_minimal.cli import stopped_by_ctrl_c
 from txl_minimal.checkpoint import (CHECKSUM, LOG_HEADER, NAMES, PRETRAINED_DIR, SAFETENSORS, checkpoint_bytes,
                                     checkpoint_vocab, describe_vocab, load_checkpoint, model_from_checkpoint,
                                     run_checkpoint)
 from txl_minimal.data import VOCAB, CorpusError, load_corpus
 from txl_minimal.evaluate import evaluate, sliding_window_eval
-from txl_minimal.model import TransformerXL
+from txl_minimal.model import TransformerXL, TXLConfig
 from txl_minimal.utils import (LN2, MANIFEST, Once, WriteError, check_shipped, read_json, shipped_fix,
                                refuse_empty_path, terminal_progress, training_now, write_shipped)
 
@@ -129,12 +130,14 @@ def load_pretrained(name: str = "txl", device: str | torch.device = "cpu") -> Tr
     return model_from_checkpoint(load_checkpoint(path, map_location=device), device)
 
 
-def _shipped_state(run_dir: str | Path, name: str, last: bool = False) -> tuple[dict, str]:
+def _shipped_state(run_dir: str | Path, name: str, last: bool = False, new_shape: bool = False) -> tuple[dict, str]:
     """A run's weights + configs as shipped (no optimiser; float32 on the CPU) and its log's text: those
     of its best.pt (best periodic valid bpc), or with ``last`` (or without a best.pt) of its ckpt.pt
     (``checkpoint.run_checkpoint``),
     after checking everything --ship needs: both files, a checkpoint that loads, a log that is
-    the run's, characters (the shipped models are scored on text8-mini). Nothing is written."""
+    the run's, characters (the shipped models are scored on text8-mini), a run that is not training now
+    (its best.pt would be a mid-run state), and the shipped model's shape (another is refused unless
+    ``new_shape``: the notebooks and docs read NAME as it is). Nothing is written."""
     _check_name(name)
     refuse_empty_path(run_dir, "--ship's RUN_DIR")
     run_dir = Path(run_dir)
@@ -150,6 +153,11 @@ def _shipped_state(run_dir: str | Path, name: str, last: bool = False) -> tuple[
     if (PRETRAINED_DIR / MANIFEST).exists():  # a damaged manifest is named now, not after the evaluation
         read_json(PRETRAINED_DIR / MANIFEST, shipped_fix(PRETRAINED_DIR / MANIFEST))
     ckpt = load_checkpoint(source)
+    if running := training_now(run_dir):  # (before its first checkpoint: refused above)
+        raise ValueError(f"{running}: its {source.name} is a state from the middle of the run (step "
+                         f"{ckpt['step']:,} of max_steps {ckpt['train_config']['max_steps']:,}), not its end (nothing "
+                         "was changed). Fix: wait for it to end, then ship it (Ctrl-C in its terminal stops it, its "
+                         "step saved)")
     vocab = checkpoint_vocab(ckpt)
     if vocab is None or vocab["unit"] != "character" or vocab["symbols"] not in (None, list(VOCAB)):
         what = describe_vocab(vocab) if vocab else f"its corpus is {ckpt.get('train_config', {}).get('corpus')!r}"
@@ -157,6 +165,11 @@ def _shipped_state(run_dir: str | Path, name: str, last: bool = False) -> tuple[
                          f"the shipped {name!r} is scored on text8-mini's characters (nothing was changed). "
                          "Fix: ship a character run over text8's 27; a model of your own text travels as a file: "
                          "txl_minimal.save(txl_minimal.load(RUN_DIR), 'mine.safetensors').")
+    if not new_shape and (other := _other_shape(name, ckpt["model_config"])):
+        raise ValueError(f"{run_dir} is not the shape of the shipped {name!r} ({other}), which the notebooks and "
+                         "docs read as it is (nothing was changed). Fix: train the run with the shipped model's "
+                         f"settings (its NAME.json's model_config), or --new-shape (ship(..., new_shape=True)) to "
+                         "replace it anyway")
     raw = (run_dir / "log.csv").read_bytes()
     if not raw.startswith(LOG_HEADER):
         raise ValueError(f"{run_dir / 'log.csv'} is not a training log (it begins {raw[:40]!r}); nothing was "
@@ -169,22 +182,61 @@ def _shipped_state(run_dir: str | Path, name: str, last: bool = False) -> tuple[
     return state, log
 
 
-def export_pretrained(run_dir: str | Path, name: str, last: bool = False) -> Path:
+def _other_shape(name: str, model_config: dict) -> str:
+    """How ``model_config`` differs from the shipped ``name``'s ("d_model 128 shipped, 16 here; ..."), or ""
+    (the same, or nothing readable shipped: a damaged NAME.json is what --ship replaces). Dropout, which
+    only training uses, does not count."""
+    try:
+        shipped = (pretrained_summary(name) or {}).get("model_config")
+    except ValueError:
+        return ""
+    if not isinstance(shipped, dict):
+        return ""
+    try:  # each with the defaults of the fields it lacks, in one form (cutoffs None or [], ...)
+        shipped, model_config = (TXLConfig(**c).to_dict() for c in (shipped, model_config))
+    except (TypeError, ValueError):
+        pass
+    keys = sorted((set(shipped) | set(model_config)) - {"dropout", "dropatt"})
+    return "; ".join(f"{k} {shipped.get(k)!r} shipped, {model_config.get(k)!r} here" for k in keys
+                     if shipped.get(k) != model_config.get(k))
+
+
+def shipping_line(run_dir: str | Path, name: str, last: bool = False, new_shape: bool = False) -> str:
+    """What ``--ship`` says before its evaluation: the file shipped, which state it is (its step, of
+    max_steps: a run stopped before its end is said), and the shipped model it replaces (its step).
+    Checks as ``ship`` does (``_shipped_state``); nothing is written."""
+    state, log = _shipped_state(run_dir, name, last, new_shape)
+    source = run_checkpoint(run_dir, last)
+    step, end = state["step"], state["train_config"]["max_steps"]
+    which = "the last state" if source.name == "ckpt.pt" else "the best validation state (--last: ckpt.pt)"
+    rows = [line.split(",", 1)[0] for line in log.strip().splitlines()[1:]]
+    logged = int(rows[-1]) if rows and rows[-1].isdigit() else step  # the run's last step
+    unfinished = f" (the run stopped at step {logged:,} of max_steps {end:,}, before its end)" if logged < end else ""
+    try:
+        old = pretrained_summary(name)
+    except ValueError:
+        old = None
+    replaces = "" if old is None else f"; it replaces the shipped {name} of step {old.get('step', 0):,}"
+    return f"shipping {source} as {name}: {which}, step {step:,}{unfinished}{replaces}"
+
+
+def export_pretrained(run_dir: str | Path, name: str, last: bool = False, new_shape: bool = False) -> Path:
     """Copy a run's weights + configs (no optimiser, with the weights' checksum) and its log
     into the package, with their manifest entries: all checked first, then written together.
     The weights: its best.pt, or with ``last`` its ckpt.pt (``_shipped_state``)."""
-    state, log = _shipped_state(run_dir, name, last)
+    state, log = _shipped_state(run_dir, name, last, new_shape)
     path = PRETRAINED_DIR / f"{name}{SAFETENSORS}"
     write_shipped({path: checkpoint_bytes(state, path), PRETRAINED_DIR / f"{name}.log.csv": log.encode()})
     return path
 
 
-def ship(run_dir: str | Path, name: str, progress: bool = False, last: bool = False) -> dict:
+def ship(run_dir: str | Path, name: str, progress: bool = False, last: bool = False, new_shape: bool = False) -> dict:
     """``--ship``: a run's weights, log and freshly computed NAME.json into the package, all or
     nothing. Everything is checked and evaluated first, then the three files and the manifest
     are written together (``utils.write_shipped``): a failure at any point leaves every shipped
-    file and the manifest as they were. ``last``: ship its ckpt.pt, not its best.pt."""
-    state, log = _shipped_state(run_dir, name, last)
+    file and the manifest as they were. ``last``: ship its ckpt.pt, not its best.pt; ``new_shape``: replace
+    the shipped model with one of another model config (refused otherwise)."""
+    state, log = _shipped_state(run_dir, name, last, new_shape)
     path = PRETRAINED_DIR / f"{name}{SAFETENSORS}"
     weights = checkpoint_bytes(state, path)
     summary = _summary(name, model_from_checkpoint(state), state, ("valid", "test"), progress)
@@ -322,6 +374,8 @@ def main(argv: Optional[list[str]] = None) -> None:
                       "paired standard errors: print it and write pretrained/table.json")
     p.add_argument("--name", choices=NAMES, help="the shipped name for --ship")
     p.add_argument("--last", action="store_true", help="--ship the run's last state, ckpt.pt, not its best.pt")
+    p.add_argument("--new-shape", action="store_true", help="--ship a run whose model config differs from the "
+                   "shipped NAME's (the notebooks and docs read NAME as it is)")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     if args.ship is not None and not args.ship.strip():  # ("" would read as no --ship: the --update-json branch)
@@ -332,21 +386,23 @@ def main(argv: Optional[list[str]] = None) -> None:
         p.error("--name goes with --ship; --update-json names the model itself")
     if args.last and not args.ship:
         p.error("--last goes with --ship (which state of the run to ship)")
+    if args.new_shape and not args.ship:
+        p.error("--new-shape goes with --ship (a run of another model config replaces the shipped one)")
     try:
         progress = terminal_progress(not args.no_progress)
         if args.table:
             print(markdown_table(paired_table(progress=progress)))
             return
         if args.ship:
-            source = run_checkpoint(args.ship, args.last)
-            print(f"shipping {source} as {args.name}: "
-                  + ("the last state" if source.name == "ckpt.pt" else "the best validation state (--last: ckpt.pt)"))
-        summary = ship(args.ship, args.name, progress, args.last) if args.ship else \
+            print(shipping_line(args.ship, args.name, args.last, args.new_shape))
+        summary = ship(args.ship, args.name, progress, args.last, args.new_shape) if args.ship else \
             evaluate_pretrained(args.update_json, progress=progress)
     except (ValueError, FileNotFoundError, CorpusError) as e:  # bad input: the message, no traceback
         p.error(str(e))
     except WriteError as e:  # a full disk, a read-only package folder: nothing was changed
         sys.exit(f"error: {e}")
+    except KeyboardInterrupt as e:  # the files are written together at the end, or not at all
+        stopped_by_ctrl_c(e, "stopped by Ctrl-C: no shipped file was changed")
     print(summary)
 
 

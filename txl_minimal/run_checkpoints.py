@@ -6,6 +6,7 @@ settings ON_RESUME lists. A ``cfg`` here is train_config.py's TrainConfig."""
 from __future__ import annotations
 
 import math
+import shutil
 import time
 import warnings
 from pathlib import Path
@@ -13,8 +14,8 @@ from typing import Optional
 
 import torch
 
-from txl_minimal.checkpoint import (BEST, LAST, ConfigMismatch, check_config, describe_vocab, load_checkpoint,
-                                    rng_state, save_checkpoint, set_rng_state)
+from txl_minimal.checkpoint import (BEST, LAST, ConfigMismatch, check_config, check_weights_fit, describe_vocab,
+                                    load_checkpoint, rng_state, save_checkpoint, set_rng_state)
 from txl_minimal.corpora import READ_AS, corpus_change
 from txl_minimal.devices import RankVote, gather, gather_objects
 from txl_minimal.files import NO_SPACE, WriteError
@@ -30,7 +31,7 @@ class TrainingDiverged(FloatingPointError):
     def __init__(self, step: int, what: str, path: Path, last_step: Optional[int], lr: float, amp: str = "off"):
         lower = f"{lr / 10:g}"
         if last_step is None:
-            kept = "no checkpoint was saved before it"
+            kept = "no checkpoint was saved before it" + replaced_note(path.parent, "; ")
             fix = (f"train afresh with a lower learning rate, --overwrite --set lr={lower} "
                    f"(train(..., overwrite=True) with TrainConfig.lr={lower})")
         else:
@@ -44,6 +45,29 @@ class TrainingDiverged(FloatingPointError):
 
 
 NO_BEST = dict(step=0, valid_bpc=None)  # no periodic evaluation yet (None: a checkpoint holds no inf)
+# OUT/replaced/: the run that --overwrite replaces, moved aside until the new run's first checkpoint
+# replaces it (a new run that diverges or is killed before then leaves the old one there)
+REPLACED = "replaced"
+
+
+def replaced_note(out_dir: Path, lead: str = " ") -> str:
+    """``lead`` and a sentence naming OUT/replaced/ and how to put it back, if it holds the run an
+    --overwrite replaced (the new run has no checkpoint yet); else ""."""
+    aside = out_dir / REPLACED
+    if not aside.is_dir():
+        return ""
+    held = ", ".join(sorted(p.name for p in aside.iterdir())) or "nothing"
+    return (f"{lead}the run --overwrite replaced is kept in {aside}/ ({held}): to restore it, move its files back "
+            f"(mv {aside}/* {out_dir}/) and --resume it")
+
+
+def how_to_go_on(last: Path) -> str:
+    """The end of a fix after a failed write: the same command with --resume, which continues from the last
+    checkpoint ``last`` (OUT/ckpt.pt), or, where none was saved, with --overwrite (nothing to resume)."""
+    if saved_step(last) is not None:
+        return "then run the same command with --resume"
+    return ("then run the same command with --overwrite (no checkpoint was saved, so there is nothing to "
+            "resume: the run starts afresh)")
 
 
 class Checkpoints:
@@ -61,6 +85,7 @@ class Checkpoints:
         self.best, self.elapsed, self.started = dict(NO_BEST), 0.0, time.perf_counter()
         self.saved: Optional[int] = None
         self.unlogged: list[float] = []
+        self.replaced: Optional[Path] = None  # OUT/replaced/, deleted once a checkpoint of this run is saved
         self.vote = RankVote(world)
 
     def restore(self, ckpt: Optional[dict], cfg, device: torch.device) -> tuple[int, int, int, Optional[list]]:
@@ -101,6 +126,9 @@ class Checkpoints:
         _save(self.last, self.parts, self.configs, step, epoch, segment, mems, self.elapsed, self.rank, self.world,
               self.best, unlogged or [])
         self.saved = step
+        if self.replaced is not None:  # this run has a checkpoint now: the one --overwrite replaced goes
+            shutil.rmtree(self.replaced, ignore_errors=True)
+            self.replaced = None
 
     def _save_best(self, step: int, valid_bpc: float) -> None:
         """OUT/best.pt of a new best evaluation; a failed write says what is kept and that --resume goes on."""
@@ -110,7 +138,7 @@ class Checkpoints:
             earlier = (f"best.pt of step {self.best['step']}" if self.best["step"] else "no best.pt yet")
             raise WriteError(f"{write_failed(self.best_path, step, e)} (a new best valid bpc). Kept: {earlier}. "
                              f"{last_checkpoint_note(self.last)} Fix: free some disk space (or make "
-                             f"{self.best_path.parent} writable), then run the same command with --resume",
+                             f"{self.best_path.parent} writable), {how_to_go_on(self.last)}",
                              e.errno, e.reason) from None
         self.best = dict(step=step, valid_bpc=valid_bpc)
 
@@ -170,6 +198,7 @@ def _resume(ckpt: dict, path: Path, configs: dict, parts: dict, rank: int, world
     the CPU); return its (step, epoch, segment, wall_time_s, this rank's rows of the memory, best so far)."""
     used = configs["train_config"]
     _check_resume(path, ckpt, configs)
+    check_weights_fit(parts["model"], ckpt["model"], f"checkpoint {path}")  # not torch's list of every key
     for key, part in parts.items():
         if key == "scaler" and part.is_enabled() != bool(ckpt[key]):  # fp16 now, not then (or back)
             print(f"{path}: the loss scale starts afresh (the run was saved "
@@ -252,8 +281,7 @@ def _save(path: Path, parts: dict, configs: dict, step: int, epoch: int, segment
                                  unlogged_nll=unlogged_nll), path)
         except WriteError as e:  # a full disk: say which checkpoint survives, and how to go on
             raise WriteError(f"{write_failed(path, step, e)}. {last_checkpoint_note(path)} Fix: free some disk space "
-                             f"(or make {path.parent} writable), then run the same command with --resume",
-                             e.errno, e.reason) from None
+                             f"(or make {path.parent} writable), {how_to_go_on(path)}", e.errno, e.reason) from None
 
 
 def write_failed(path: Path, step: int, e: WriteError, what: Optional[str] = None) -> str:
@@ -288,7 +316,7 @@ def last_checkpoint_note(path: Path) -> str:
     if step is not None:
         return f"The last checkpoint (step {step}) is intact in {path}: --resume continues from it."
     if not path.exists():
-        return f"No checkpoint was saved before this one: {path} does not exist yet."
+        return f"No checkpoint was saved before this one: {path} does not exist yet{replaced_note(path.parent, '; ')}."
     return f"{path} holds the previous checkpoint."
 
 

@@ -11,6 +11,8 @@ itself: a run already in OUT is never replaced silently (``claim_out``), ``one_r
 from __future__ import annotations
 
 import functools
+import os
+import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
@@ -22,6 +24,7 @@ from txl_minimal.devices import distributed
 from txl_minimal.files import NO_SPACE, WriteError, remove_leftovers, write_problem
 from txl_minimal.model import TransformerXL, TXLConfig
 from txl_minimal.run_lock import LOCK, lock_out, unlock
+from txl_minimal.run_checkpoints import REPLACED, replaced_note
 from txl_minimal.run_log import CSVLog, log_has_rows, log_rows
 from txl_minimal.run_signals import stop_signals_caught
 from txl_minimal.scores import LN2, score_name, score_of
@@ -104,11 +107,21 @@ def claim_out(out_dir: Path, resume: bool, overwrite: bool, rank: int) -> None:
     found = [name for name in RUN_FILES if (out_dir / name).exists()]
     if found == ["log.csv"] and not log_has_rows(out_dir / "log.csv"):
         found = []  # a run that failed before its first row (a header at most): nothing to keep
-    if found == ["log.csv"] and not overwrite:  # a crash before the first checkpoint, or weights deleted
+    aside = replaced_note(out_dir, " Or: ")
+    if not found and aside and not overwrite:  # only the run an --overwrite replaced, whose successor never saved
         raise (FileNotFoundError if resume else FileExistsError)(
-            f"{out_dir}/ holds a run's log.csv but no ckpt.pt (it stopped before its first checkpoint, or its "
-            "weights were deleted), so it cannot be resumed. Fix: --overwrite to start it afresh "
+            f"{out_dir}/ holds no run of its own (no ckpt.pt), but {aside[5:]}. Or: --overwrite to start afresh "
             "(train(..., overwrite=True)), or another --out directory.")
+    if resume and not found:
+        raise FileNotFoundError(f"{out_dir}/ holds no run to resume (no ckpt.pt). Fix: drop --resume to start afresh "
+                                "(train(..., resume=False)).")
+    if found and LAST not in found and not overwrite:  # a crash before the first checkpoint, or weights deleted
+        best = (" (its best.pt goes too, once the new run has a checkpoint: copy it elsewhere first to keep it)"
+                if BEST in found else "")
+        raise (FileNotFoundError if resume else FileExistsError)(
+            f"{out_dir}/ holds a run's {' and '.join(found)} but no ckpt.pt (it stopped before its first checkpoint, "
+            "or its weights were deleted), so it cannot be resumed. Fix: --overwrite to start it afresh "
+            f"(train(..., overwrite=True)){best}, or another --out directory.{aside}")
     if found and not (resume or overwrite):
         raise FileExistsError(f"{out_dir}/ already holds a run ({', '.join(found)}) that training would overwrite. "
                               "Fix: --resume to continue it, --overwrite to replace it (train(..., resume=True) "
@@ -119,19 +132,36 @@ def claim_out(out_dir: Path, resume: bool, overwrite: bool, rank: int) -> None:
         remove_leftovers(out_dir, "log.csv.*.tmp")
 
 
-def replace_old_run(out_dir: Path, overwrite: bool, rank: int) -> None:
-    """--overwrite, once the new run has passed every check: drop the old checkpoint (the new
-    log replaces the old one whole, CSVLog), so that no stale ckpt.pt or best.pt sits beside the new log."""
-    if overwrite and rank == 0:
-        for name in (LAST, BEST):
+def replace_old_run(out_dir: Path, overwrite: bool, rank: int) -> Optional[Path]:
+    """--overwrite, once the new run has passed every check: the old run's ckpt.pt, best.pt and log.csv
+    are moved into OUT/replaced/ (said in a line), so that none sits beside the new log, and kept there until
+    the new run's first checkpoint (``Checkpoints.replaced``): a run that diverges or is killed before then
+    loses nothing. Returns that folder, or None. A folder already there holds the run an earlier
+    --overwrite replaced whose successor never saved a checkpoint: it is kept, unless OUT holds a ckpt.pt."""
+    if not overwrite or rank != 0:
+        return None
+    aside = out_dir / REPLACED
+    if aside.is_dir() and not (out_dir / LAST).exists():  # the last run with weights is still the one kept
+        for name in (BEST, "log.csv"):
             (out_dir / name).unlink(missing_ok=True)
+        return aside
+    moved = [name for name in RUN_FILES if (out_dir / name).exists()]
+    if not {LAST, BEST} & set(moved):  # a log without weights: nothing to keep (the new log replaces it)
+        return None
+    shutil.rmtree(aside, ignore_errors=True)
+    aside.mkdir()
+    for name in moved:
+        os.replace(out_dir / name, aside / name)
+    say(f"{out_dir}/: --overwrite moved the run it replaces ({', '.join(moved)}) into {aside}/, which is deleted "
+        "once this run saves its first checkpoint")
+    return aside
 
 
-def start_writing(out_dir: Path, resume: bool, overwrite: bool, step: int, rank: int) -> CSVLog:
-    """Every check has passed: only now is an old run replaced (--overwrite, ``replace_old_run``), and
-    OUT/log.csv opened, keeping a resumed run's rows up to ``step`` (rank 0 writes)."""
-    replace_old_run(out_dir, overwrite, rank)
-    return CSVLog(out_dir / "log.csv", resume, step, write=rank == 0)
+def start_writing(out_dir: Path, resume: bool, overwrite: bool, step: int, rank: int) -> tuple[CSVLog, Optional[Path]]:
+    """Every check has passed: only now is an old run replaced (--overwrite, ``replace_old_run``: moved into
+    OUT/replaced/, returned), and OUT/log.csv opened, keeping a resumed run's rows up to ``step`` (rank 0 writes)."""
+    aside = replace_old_run(out_dir, overwrite, rank)
+    return CSVLog(out_dir / "log.csv", resume, step, write=rank == 0), aside
 
 
 def one_run_per_out(train_fn):

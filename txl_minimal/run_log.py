@@ -12,7 +12,7 @@ from typing import Optional
 
 from txl_minimal.checkpoint import LAST
 from txl_minimal.files import WriteError, atomic_write, write_problem
-from txl_minimal.run_checkpoints import last_checkpoint_note, write_failed
+from txl_minimal.run_checkpoints import how_to_go_on, last_checkpoint_note, write_failed
 from txl_minimal.scores import LN2
 
 CSV_COLUMNS = ("step", "tokens", "wall_time_s", "lr", "train_loss", "train_bpc", "valid_bpc")
@@ -106,7 +106,7 @@ class CSVLog:
                 raise
             raise WriteError(f"{write_failed(self.path, step, problem, 'its row')}. "
                              f"{last_checkpoint_note(self.path.with_name(LAST))} Fix: free some disk space (or make "
-                             f"{self.path.parent} writable), then run the same command with --resume",
+                             f"{self.path.parent} writable), {how_to_go_on(self.path.with_name(LAST))}",
                              problem.errno, problem.reason) from None
 
     def close(self) -> None:

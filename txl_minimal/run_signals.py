@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from txl_minimal.devices import distributed
-from txl_minimal.run_checkpoints import saved_step
+from txl_minimal.run_checkpoints import replaced_note, saved_step
 
 # The signals that stop a training as Ctrl-C does (the step finished and saved, the --resume command
 # printed, the exit status 128 + the signal's number): a batch scheduler's pre-emption, `docker stop` and
@@ -42,7 +42,7 @@ class TrainingStoppedAtOnce(KeyboardInterrupt):
     def __init__(self, path: Path, signum: int):
         step = saved_step(path)
         kept = (f"{path} holds step {step}, the last checkpoint: --resume continues from it" if step is not None
-                else f"no checkpoint was saved before it ({path} does not exist)")
+                else f"no checkpoint was saved before it ({path} does not exist){replaced_note(path.parent, '; ')}")
         super().__init__(f"training stopped at once by a second {STOP_SIGNALS.get(signum, signum)}: no checkpoint "
                          f"of the step in progress was written; {kept}.")
         self.path, self.status = path, 128 + int(signum)
@@ -120,9 +120,33 @@ def stop_signals_caught(rank: int, last: Path) -> Iterator[None]:
 
 
 def resume_command(argv: list[str]) -> str:
-    """The command line that continues an interrupted one (under torchrun, with as many processes)."""
+    """The command line that continues an interrupted one (under torchrun, with its launcher's options:
+    as many processes, --standalone, the rendezvous)."""
     args = [a for a in argv if a not in ("--overwrite", "--resume")]
     world = distributed()[1]
-    launch = ["torchrun", "--nproc_per_node", str(world)] if "RANK" in os.environ else \
+    launch = ["torchrun", *launcher_options(_parent_argv(), world)] if "RANK" in os.environ else \
         [sys.executable.rsplit("/", 1)[-1]]
     return shlex.join([*launch, "-m", "txl_minimal.train", *args, "--resume"])
+
+
+def _parent_argv() -> list[str]:
+    """The command line of this process's parent (under torchrun: the launcher), or [] where it cannot be read
+    (only Linux has /proc)."""
+    try:
+        return Path(f"/proc/{os.getppid()}/cmdline").read_bytes().decode().split("\0")[:-1]
+    except (OSError, UnicodeDecodeError):
+        return []
+
+
+def launcher_options(launcher_argv: list[str], world: int) -> list[str]:
+    """torchrun's own options in its command line ``launcher_argv`` (``torchrun OPTIONS -m txl_minimal.train
+    ...`` or ``python -m torch.distributed.run OPTIONS ...``): --standalone, --nproc_per_node, --nnodes, the
+    rendezvous; where that line is not a launcher's of this training, ``--nproc_per_node world`` alone."""
+    train = ("txl_minimal.train", os.path.join("txl_minimal", "train.py"))
+    start = next((i + 1 for i, a in enumerate(launcher_argv)
+                  if a == "torch.distributed.run" or Path(a).name == "torchrun"), None)
+    end = None if start is None else next((i for i in range(start, len(launcher_argv))
+                                           if launcher_argv[i].endswith(train)), None)
+    if end is None:
+        return ["--nproc_per_node", str(world)]
+    return [a for a in launcher_argv[start:end] if a not in ("-m", "--module")]  # (the launch's own -m is added)

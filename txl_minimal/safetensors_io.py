@@ -41,6 +41,29 @@ class SafetensorsError(ValueError):
     """A file that is not valid safetensors (truncated, not this format, inconsistent header)."""
 
 
+def file_format(path: str | Path) -> str | None:
+    """What a file holds, read from its first bytes, whatever its name says: "safetensors" (an 8-byte length,
+    then a JSON header that fits in the file), "torch" (torch.save's zip archive, or an older pickle), "text"
+    (UTF-8 text, no NUL byte; or UTF-16's byte-order mark), or None (none of these: damaged, or empty)."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    size = Path(path).stat().st_size
+    if len(head) > 8 and head[8:9] == b"{" and 8 + int.from_bytes(head[:8], "little") <= size:
+        return "safetensors"
+    if head.startswith(b"PK\x03\x04") or head[:1] == b"\x80":  # a zip archive; a pickle's PROTO opcode
+        return "torch"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16's byte-order marks
+        return "text"
+    if head and b"\0" not in head:
+        try:
+            head.decode("utf-8")
+        except UnicodeDecodeError as e:
+            if e.start < len(head) - 3:  # (a character cut at the 4,096th byte is still text)
+                return None
+        return "text"
+    return None
+
+
 def _check_byte_order() -> None:
     if sys.byteorder != "little":  # the format is little-endian; torch's CPUs today all are
         raise SafetensorsError("safetensors is little-endian; this machine is big-endian (not supported here)")

@@ -117,9 +117,18 @@ def device_memory(device: torch.device) -> Optional[int]:
         return None
 
 
-def _too_large(batch: int, qlen: int, mem_len: int, caller: str, own: int, need: int, what: str) -> ValueError:
+def _too_large(batch: int, qlen: int, mem_len: int, caller: str, own: int, need: int, what: str,
+               window: bool = False) -> ValueError:
     """The sentence for a segment that does not fit: its lengths, the memory it needs, the length to lower
-    (``own``: the model's own tgt_len, named when the segments are longer)."""
+    (``own``: the model's own tgt_len, named when the segments are longer). ``window``: sliding_window_eval's
+    windows of ``qlen`` tokens, ``batch`` at a time, whose only lengths are its context and batch_size (the
+    command line's --sliding-window refuses the others)."""
+    if window:
+        fewer = ", or in Python fewer windows at a time (sliding_window_eval's batch_size)" if batch > 1 else ""
+        return ValueError(f"{caller}: windows of {qlen:,} tokens, {batch:,} at a time, need {need / 1e9:,.1f} GB for "
+                          f"one layer's attention scores alone (windows x n_head x context x context floats); {what}. "
+                          f"Fix: a shorter context (--sliding-window C; the cost grows with its square, and this "
+                          f"model's own tgt_len is {own:,}){fewer}")
     own = f" (this model's own is {own:,})" if qlen > own else ""
     return ValueError(f"{caller}: segments of tgt_len={qlen:,} with mem_len={mem_len:,} in {batch:,} column(s) "
                       f"need {need / 1e9:,.1f} GB for one layer's attention scores alone (batch x n_head x tgt_len "
@@ -127,14 +136,17 @@ def _too_large(batch: int, qlen: int, mem_len: int, caller: str, own: int, need:
                       "its square), mem_len or batch_size")
 
 
-def check_fits(model: TransformerXL, batch: int, qlen: int, mem_len: int, n: int, caller: str, own: int) -> None:
+def check_fits(model: TransformerXL, batch: int, qlen: int, mem_len: int, n: int, caller: str, own: int,
+               window: bool = False) -> None:
     """ValueError if one segment's attention scores alone exceed all the memory of the model's device:
-    refused before it runs (the kernel would kill the process, saying nothing). ``n``: tokens per column."""
+    refused before it runs (the kernel would kill the process, saying nothing). ``n``: tokens per column;
+    ``window``: sliding windows (``_too_large``)."""
     qlen = min(qlen, n)
     need = _score_bytes(model, batch, qlen, min(mem_len + qlen, n))
     have = device_memory(next(model.parameters()).device)
     if have is not None and need > have:
-        raise _too_large(batch, qlen, mem_len, caller, own, need, f"this machine has {have / 1e9:,.1f} GB in all")
+        raise _too_large(batch, qlen, mem_len, caller, own, need, f"this machine has {have / 1e9:,.1f} GB in all",
+                         window)
 
 
 def is_out_of_memory(e: BaseException) -> bool:
@@ -145,7 +157,8 @@ def is_out_of_memory(e: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def out_of_memory_said(model: TransformerXL, batch: int, qlen: int, mem_len: int, caller: str, own: int):
+def out_of_memory_said(model: TransformerXL, batch: int, qlen: int, mem_len: int, caller: str, own: int,
+                       window: bool = False):
     """An allocation failure inside the block becomes ``_too_large``'s sentence (torch's names a byte
     count inside ``attention_mask`` or a matmul, not the length to lower)."""
     try:
@@ -154,4 +167,4 @@ def out_of_memory_said(model: TransformerXL, batch: int, qlen: int, mem_len: int
         if not is_out_of_memory(e):
             raise
         need = _score_bytes(model, batch, qlen, mem_len + qlen)
-        raise _too_large(batch, qlen, mem_len, caller, own, need, "the allocation failed") from None
+        raise _too_large(batch, qlen, mem_len, caller, own, need, "the allocation failed", window) from None

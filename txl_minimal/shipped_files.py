@@ -1,6 +1,8 @@
 """The files that ship with the package (the corpus, the pretrained models): each folder's
 MANIFEST.json lists their sizes and SHA-256, checked before one is used (``check_shipped``) and
-rewritten with them (``write_shipped``, all or nothing)."""
+rewritten with them (``write_shipped``, all or nothing). ``shipped_out_problem``: the sentence that
+keeps a script from writing into a shipped folder (a clone's results/, the package's models and
+corpus) unless asked to by name."""
 from __future__ import annotations
 
 import hashlib
@@ -10,6 +12,10 @@ from pathlib import Path
 from txl_minimal.files import atomic_write, file_sha256, read_json, replace_together  # noqa: F401 (file_sha256: it lived here)
 
 MANIFEST = "MANIFEST.json"  # beside the files it lists: {name: {"bytes": size, "sha256": hex}}
+# what ships, and what the notebooks and docs read: a clone's results/ (the scripts' runs), the package's
+# models and corpus
+SHIPPED_FOLDERS = (Path(__file__).resolve().parents[1] / "results", Path(__file__).resolve().with_name("pretrained"),
+                   Path(__file__).resolve().with_name("corpus"))
 
 
 def shipped_fix(path: str | Path) -> str:
@@ -20,6 +26,33 @@ def shipped_fix(path: str | Path) -> str:
         return (f"Fix: git checkout -- {path.relative_to(repo)} (in {repo}), or reinstall the package "
                 "(pip install --force-reinstall txl-minimal).")
     return "Fix: reinstall the package (pip install --force-reinstall txl-minimal)."
+
+
+def shipped_folder(path: str | Path) -> Path | None:
+    """The shipped folder (``SHIPPED_FOLDERS``) that ``path`` is or lies in, or None."""
+    path = Path(path).expanduser().resolve()
+    return next((folder for folder in SHIPPED_FOLDERS if path.is_relative_to(folder)), None)
+
+
+def shipped_out_problem(out: str | Path, script: str, own: str) -> str | None:
+    """Why ``script`` may not write into ``out`` (a shipped folder, or one inside it: the shipped results,
+    which the notebooks read), or None; ``own``: a folder of one's own to suggest instead. A script's
+    --replace-shipped is the user asking for it by name.
+
+    Examples:
+        >>> shipped_out_problem("runs/mine", "scripts/ablation.py", "runs/ablation") is None
+        True
+        >>> "--replace-shipped" in shipped_out_problem(SHIPPED_FOLDERS[0] / "ablation", "scripts/ablation.py",
+        ...                                            "runs/ablation")
+        True
+    """
+    folder = shipped_folder(out)
+    if folder is None:
+        return None
+    where = folder if Path(out).expanduser().resolve() == folder else f"{out}, in the shipped folder {folder}"
+    return (f"{script} would write into {'the shipped folder ' * (where == folder)}{where} (the notebooks and docs "
+            f"read what is there; nothing was written). Fix: --out {own} (a folder of your own), or --replace-shipped "
+            "to re-make the shipped files")
 
 
 class ManifestDamaged(ValueError):

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from txl_minimal.model import TransformerXL, TXLConfig, TXLOutput
-from txl_minimal.safetensors_io import load_file, save_file
+from txl_minimal.safetensors_io import file_format, load_file, save_file
 from txl_minimal.utils import non_finite
 
 
@@ -199,12 +199,16 @@ def load_recall_model(path: str | Path) -> nn.Module:
            "(scripts/long_range.py, scripts/lstm_text.py, scripts/word_level.py).")
     if not Path(path).is_file():
         raise FileNotFoundError(f"no recall model at {path}. {fix}")
+    kind = file_format(path)  # what it holds, whatever its name says (a renamed file)
     try:  # damaged bytes fail anywhere in the reader; a wrong dict in the lines after it
-        if Path(path).suffix == ".safetensors":
+        if kind == "text":
+            raise ValueError("a text file")
+        if kind == "safetensors" or kind is None and Path(path).suffix == ".safetensors":
             sd, metadata = load_file(path)
             state = {"kind": json.loads(metadata["kind"]), "config": json.loads(metadata["config"])}
         else:
-            state = torch.load(path, weights_only=True)
+            with open(path, "rb") as f:
+                state = torch.load(f, weights_only=True)
             sd = state["state_dict"]
         if state["kind"] == "lstm":
             n_layer = sum(k.startswith("lstm.weight_ih_l") for k in sd)

@@ -30,7 +30,7 @@ import os
 import sys
 import time
 import warnings
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Optional
 
@@ -40,7 +40,7 @@ from tqdm import tqdm
 from txl_minimal import command_line
 from txl_minimal.bookkeeping import Bookkeeper
 from txl_minimal.checkpoint import LAST, attach_vocab, vocab_entry
-from txl_minimal.cli import callable_module, terminal_progress
+from txl_minimal.cli import callable_module, stopped_by_ctrl_c, terminal_progress
 from txl_minimal.corpora import corpus_record
 from txl_minimal.data import CORPORA, Corpus, CorpusError, check_split, is_corpus_path, load_corpus
 from txl_minimal.devices import (adam_options, amp_context, check_replicas_agree, choose_once, distributed,
@@ -140,6 +140,9 @@ def _run_configs(corpus: Corpus, raw: TransformerXL, model_cfg: TXLConfig, cfg: 
     return configs
 
 
+TRAIN_FIELDS = {f.name for f in fields(TrainConfig)}
+
+
 def load_train_corpus(cfg: TrainConfig) -> Corpus:
     """The corpus ``cfg`` trains on: cfg.corpus read with its unit, split and max_vocab ($TXL_CORPUS
     overrides a corpus name, never a file's path; "auto": see data.py)."""
@@ -227,7 +230,8 @@ def train(model_cfg: TXLConfig, cfg: TrainConfig, corpus: Optional[Corpus] = Non
     loader = rank_loader(corpus, cfg, model_cfg, rank, world, device)  # its ids checked once: not every step
     batches = itertools.islice(iter(loader), segment, None)  # resume: skip what was read
     model = wrap(raw, cfg, device, world, say=rank == 0 and (progress or print_evals))
-    log = start_writing(out_dir, resume, overwrite, step - len(ckpts.unlogged), rank)  # a resume keeps its earlier rows
+    # a resume keeps its earlier rows; --overwrite moves the old run aside until this one saves a checkpoint
+    log, ckpts.replaced = start_writing(out_dir, resume, overwrite, step - len(ckpts.unlogged), rank)
     books = Bookkeeper(cfg, step, end, ckpts, log, _bar(cfg.max_steps, step, shown=progress and rank == 0),
                        lambda: _valid_bpc(raw, corpus.valid, cfg, autocast), cfg.batch_size * model_cfg.tgt_len,
                        corpus.unit, device, say=progress or print_evals)
@@ -269,7 +273,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         torch.set_num_threads(args.threads)
     try:
         overrides = command_line.overrides(args, FIELD_TYPES)
-        model_cfg, train_cfg = preset(args.preset, **overrides)
+        # the training settings alone first: your own text sizes the model before its config is checked (a
+        # --set cutoffs=[30] is for the file's 41 symbols, not the preset's 27)
+        _, train_cfg = preset(args.preset, **{k: v for k, v in overrides.items() if k in TRAIN_FIELDS})
         if args.resume:  # the run's text file read as the run read it (a split, a cap the command leaves out)
             train_cfg = resume_reading(Path(train_cfg.out) / LAST, train_cfg, overrides)
         corpus = None
@@ -277,7 +283,8 @@ def main(argv: Optional[list[str]] = None) -> None:
             corpus = load_train_corpus(train_cfg)
             # (a resume keeps its run's size: another file is then refused as another corpus, not another size)
             size = (saved_vocab_size(Path(train_cfg.out) / LAST) if args.resume else None) or corpus.vocab_size
-            model_cfg = TXLConfig(**dict(model_cfg.to_dict(), vocab_size=size))
+            overrides = dict(overrides, vocab_size=size)
+        model_cfg, _ = preset(args.preset, **overrides)  # (its training settings: train_cfg's, read above)
         saved = saved_max_steps(Path(train_cfg.out) / LAST) if args.resume and "max_steps" not in overrides else None
         if saved is not None:  # a resume without --max-steps goes on to the run's own end (its schedule)
             train_cfg = replace(train_cfg, max_steps=saved)
@@ -301,6 +308,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         _end(f"{e}\n  {resume_command(sys.argv[1:] if argv is None else argv)}", e.status)
     except TrainingStoppedAtOnce as e:  # a second Ctrl-C: one line, no traceback
         _end(str(e), e.status)
+    except KeyboardInterrupt as e:  # before train's own handlers are in place: reading a large corpus
+        stopped_by_ctrl_c(e, "stopped by Ctrl-C before training began: nothing of a run was written" if
+                          distributed()[0] == 0 else "")
     if (line := command_line.summary(res)) is None:
         return
     if distributed()[0] == 0:

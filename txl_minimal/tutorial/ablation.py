@@ -30,7 +30,7 @@ writes RESULTS_DIR (results/ablation/ at the top of the repository: results.json
 NAME/log.csv per run); this module reads them (``load_results``, ``read_log``,
 ``results_table``).
 
-    python scripts/ablation.py                  # ~20 min on 2 CPU cores (3 seeds)
+    python scripts/ablation.py --replace-shipped   # ~20 min on 2 CPU cores (3 seeds)
     python scripts/ablation.py --steps 3 --tiny --out /tmp/abl   # a smoke test
 """
 from __future__ import annotations
@@ -255,9 +255,11 @@ def load_results(path: str | Path = RESULTS_DIR / "results.json") -> dict:
         (['meta', 'runs'], ['abs_far_mem', 'abs_mem'])
     """
     path = Path(path)
+    make = f"python scripts/ablation.py --out {path.parent}" + (  # (the script writes there only when asked)
+        " --replace-shipped" if path.parent.resolve() == RESULTS_DIR.resolve() else "")
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing. Fix: python scripts/ablation.py --out {path.parent}")
-    fix = f"Fix: git checkout -- {path} (the shipped results), or python scripts/ablation.py --out {path.parent}"
+        raise FileNotFoundError(f"{path} is missing. Fix: {make}")
+    fix = f"Fix: git checkout -- {path} (the shipped results), or {make}"
     results = read_json(path, fix)  # a damaged file: one error naming it, not the decoder's traceback
     if not isinstance(results.get("runs"), dict) or not isinstance(results.get("meta"), dict):
         raise ValueError(f"{path} is damaged: no 'meta' and 'runs' (keys: {sorted(results)[:6]}), "

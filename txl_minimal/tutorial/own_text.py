@@ -17,7 +17,7 @@ RESULTS_DIR (results/own_text/: results.json, each run's log.csv, the weights th
 and the code test split, so that the scores re-run on any Python); this module defines the runs,
 builds the code corpus and reads the results.
 
-    python scripts/own_text.py                      # ~3 h on 2 CPU cores (then --seed 1 --mems 0 64)
+    python scripts/own_text.py --replace-shipped    # ~3 h on 2 CPU cores (then --seed 1 --mems 0 64)
     python scripts/own_text.py --steps 3 --out /tmp/own   # a smoke test
 """
 from __future__ import annotations
@@ -117,7 +117,7 @@ def load_results(path: str | Path = RESULTS_DIR / "results.json") -> dict:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing. Fix: git checkout results/own_text, or run "
-                                f"{sys.executable.rsplit('/', 1)[-1]} scripts/own_text.py")
+                                f"{sys.executable.rsplit('/', 1)[-1]} scripts/own_text.py --replace-shipped")
     results = json.loads(path.read_text())
     for run in results["runs"].values():
         run["blocks"] = {int(m): np.asarray(v) for m, v in run["blocks"].items()}
