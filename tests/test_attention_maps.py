@@ -279,6 +279,11 @@ def test_plot_head_attention_zoom_labels():
     zoom = [ax for ax in fig.axes if ax.images][1]
     assert [t.get_text() for t in zoom.get_xticklabels()] == labels[2:7]
     assert [t.get_text() for t in zoom.get_yticklabels()] == labels[7:10]  # queries = last 4 keys
+    borders = [line.get_xdata()[0] for line in zoom.lines]
+    assert borders == [5.5]  # keys 2-6 span the memory's end (mlen 6): the zoom draws the border too
+    plt.close(fig)
+    fig = plotting.plot_head_attention(p, labels, mlen=6, title="t", queries=slice(1, 4), keys=slice(6, 10))
+    assert len([ax for ax in fig.axes if ax.images][1].lines) == 0  # a zoom inside the segment: no border
     plt.close(fig)
     with pytest.raises(ValueError):
         plotting._prob_norm("cubic", np.ones(3))

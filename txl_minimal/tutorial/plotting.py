@@ -444,7 +444,7 @@ def plot_head_attention(attn, key_labels: Sequence[str], mlen: int, title: str,
     the last qlen keys); ``queries``/``keys`` select the zoomed block; ``mask`` cells
     (True = hidden) are drawn grey. Left: the whole matrix (colour ``scale``), the
     memory/segment border and the zoomed block outlined; right: the block with
-    characters as tick labels (colour ``zoom_scale``).
+    characters as tick labels (colour ``zoom_scale``), the border drawn again where it crosses it.
     """
     a = _np(attn).copy()
     if mask is not None:
@@ -465,6 +465,8 @@ def plot_head_attention(attn, key_labels: Sequence[str], mlen: int, title: str,
     ax2.set_xticks(np.arange(k0, k1), list(key_labels[k0:k1]), fontsize=SMALL, family="monospace")
     ax2.set_yticks(np.arange(q0, q1), list(key_labels[mlen + q0:mlen + q1]), fontsize=SMALL, family="monospace")
     ax2.tick_params(length=0)
+    if k0 < mlen < k1:  # the zoom spans the memory's end: the same border as on the left
+        ax2.axvline(mlen - 0.5, color="cyan", lw=1.2)
     fig.suptitle(title)
     fig.tight_layout()
     return fig
