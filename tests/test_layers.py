@@ -89,8 +89,9 @@ ALLOWED = {
     "tutorial.exercises.ablations": {"model", "variants", "tutorial.exercises.checking"},
     "tutorial.exercises.adaptive_softmax": {"adaptive", "tutorial.exercises.checking"},
     "tutorial.exercises.your_text": {"tutorial.own_text", "tutorial.solutions",  # 09's reference: its worked answer
-                                     "tutorial.exercises.checking"},
-    "tutorial.solutions": {"tutorial.own_text"},  # their worked answers (09's prediction reads its results)
+                                     "tutorial.exercises.checking", "tutorial.memory_gain"},
+    "tutorial.solutions": {"tutorial.own_text", "tutorial.memory_gain"},  # their worked answers (09's prediction
+    # reads its results)
     "tutorial.ablation": {"model", "data", "utils", "train", "flops"},
     "tutorial.own_text": {"utils", "stats"},  # notebook 09: the stdlib corpus, its runs, their results
     "tutorial.memory_gain": {"model", "evaluate", "scores", "stats"},  # the saving by position, pooled over stretches

@@ -100,10 +100,16 @@ def test_the_shipped_models_are_those_the_results_describe():
     assert load(own_text.RESULTS_DIR / "text8-m64.safetensors").cfg.vocab_size == load_corpus("text8-mini").vocab_size
 
 
-def test_the_prediction_checker_accepts_either_seeds_savings_but_not_the_two_swapped(capsys):
-    from txl_minimal.tutorial import exercises
-    runs = own_text.load_results()["runs"]
-    for seed in (0, 1):
-        assert exercises.check_memory_gain_prediction(own_text.memory_savings(runs, seed=seed)) is True
-    assert exercises.check_memory_gain_prediction(own_text.memory_savings(runs)[::-1]) is False
-    assert "wrong way round" in capsys.readouterr().out
+def test_the_prediction_checker_judges_the_direction_with_the_shares_of_either_text(capsys):
+    from txl_minimal.tutorial import exercises, memory_gain
+    results = memory_gain.load()
+    shares = memory_gain.start_shares(results)
+    verdict, diff, se = memory_gain.past_start_verdict(results)
+    assert verdict == ("code" if diff > 2 * se else "text8" if diff < -2 * se else "neither")
+    for share in shares.values():  # either text's share is right, with the right direction
+        assert exercises.check_memory_gain_prediction((share, verdict)) is True
+    for other in {"code", "text8", "neither"} - {verdict}:
+        assert exercises.check_memory_gain_prediction((shares["code"], other)) is False
+    assert "bits per character more than text8" in capsys.readouterr().out
+
+

@@ -128,6 +128,12 @@ def own_text_curves(results: dict, text: str) -> list[np.ndarray]:
     return [np.asarray(c) for seed in sorted(by_seed) for c in by_seed[seed]]
 
 
+def start_shares(results: dict, start: int = START) -> dict[str, float]:
+    """Each text's share of notebook 09's saving (pooled over seeds and stretches) made at the first ``start``
+    positions of the segment."""
+    return {t: share_at_start(pooled_by_position(own_text_curves(results, t))[0], start) for t in ("code", "text8")}
+
+
 def past_start_verdict(results: dict, start: int = START) -> tuple[str, float, float]:
     """Which text's models save more past the segment's first ``start`` positions: "code", "text8", or "neither"
     where the difference (code minus text8) is within two of its standard errors; and that difference and SE."""

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from txl_minimal.tutorial import own_text
+from txl_minimal.tutorial import memory_gain
 
 
 # -- 00 · Build Transformer-XL yourself --------------------------------------------------
@@ -311,9 +311,12 @@ def adaptive_params(n_token: int, d: int, cutoffs: list, div_val: int) -> int:
 
 # -- 09 · Your own text -------------------------------------------------------------------
 
-def memory_gain_prediction() -> list:
-    """What results/own_text says (check_memory_gain_prediction prints it once you have guessed)."""
-    return own_text.memory_savings(own_text.load_results()["runs"])
+def memory_gain_prediction() -> tuple[float, str]:
+    """Exercise 1 of notebook 09 as results/memory_by_position.json answers it: the share of the saving made at
+    the segment's first 8 positions (the two texts' mean) and which text saves more past them."""
+    results = memory_gain.load()
+    shares = memory_gain.start_shares(results)
+    return round((shares["code"] + shares["text8"]) / 2, 2), memory_gain.past_start_verdict(results)[0]
 
 
 def gain_by_class(text: str, nll_without, nll_with) -> dict:

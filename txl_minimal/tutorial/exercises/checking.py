@@ -189,7 +189,8 @@ def _close(got: torch.Tensor, want: torch.Tensor, tol: Optional[float]) -> torch
 def _same(got, want, tol: Optional[float] = None) -> bool:
     """Equal values, whatever container a right answer comes in: integers exactly (5, 5.0, np.int64(5)
     or tensor(5)); floats to 1e-6 relative (a Python, NumPy or 0-d torch number); float tensors to
-    1e-5 in any float dtype, as a tensor or a NumPy array; bool tensors exactly and as bool; a tuple
+    1e-5 in any float dtype, as a tensor or a NumPy array (a float32 number to 1e-4 relative, a 16-bit one
+    to 1e-2: their own precision); bool tensors exactly and as bool; a tuple
     as any sequence of the right length; a dict entry by entry. ``tol`` (or ``grading``'s) replaces
     the floats' tolerances, absolute and relative."""
     if isinstance(want, dict):
@@ -205,8 +206,10 @@ def _same(got, want, tol: Optional[float] = None) -> bool:
         if isinstance(want, int):
             return float(got) == want
         tol = _chosen("tol", tol)
-        return math.isclose(float(got), want, rel_tol=1e-6, abs_tol=1e-12) if tol is None else \
-            math.isclose(float(got), want, rel_tol=tol, abs_tol=tol)
+        if tol is None:  # a float32 (or 16-bit) answer is right to its own precision: its sums round sooner
+            rel = {torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float32: 1e-4}.get(got.dtype, 1e-6)
+            return math.isclose(float(got), want, rel_tol=rel, abs_tol=1e-12)
+        return math.isclose(float(got), want, rel_tol=tol, abs_tol=tol)
     if isinstance(want, torch.Tensor):
         got = _tensor(got)
         if got.shape != want.shape or (got.dtype == torch.bool) != (want.dtype == torch.bool):
@@ -236,9 +239,24 @@ def _difference(got, want, tol: Optional[float] = None) -> str:
         first = tuple(int(k) for k in wrong.nonzero()[0])
         return (f"{int(wrong.sum())} of {want.numel()} values differ; the first at index {first}: "
                 f"{got[first].item():.6g}, expected {want[first].item():.6g}")
+    if isinstance(want, dict) and isinstance(got, dict) and got.keys() == want.keys():
+        key = next(k for k in want if not _same(got[k], want[k], tol))  # the first entry that differs
+        return f"entry {key!r}: {_number(got[key])}, expected {_number(want[key])}"
     if isinstance(want, (tuple, dict)):
         return f"{got!r}, expected {want!r}"
     return f"{got!r} ({type(got).__name__}), expected {want!r}"
+
+
+def _number(x) -> str:
+    """A number as a reader can compare it: 7 significant digits, and its dtype where it is not a Python one."""
+    try:
+        t = _tensor(x)
+    except (_NotNumbers, TypeError, ValueError, RuntimeError):
+        return repr(x)
+    if t.numel() != 1:
+        return repr(x)
+    kind = "" if isinstance(x, (int, float)) else f" ({str(t.dtype).removeprefix('torch.')})"
+    return f"{float(t):.7g}{kind}"
 
 
 def _visible(seen: torch.Tensor) -> Callable:

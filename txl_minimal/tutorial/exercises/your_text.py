@@ -2,50 +2,74 @@
 that saving split by the class of the character predicted."""
 from __future__ import annotations
 
+import math
 from typing import Optional
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from txl_minimal.tutorial import own_text
-from txl_minimal.tutorial.exercises.checking import _check, _check_prediction, _same, _verdict, case_seed, checker
+from txl_minimal.tutorial.exercises.checking import _check, _same, _verdict, case_seed, checker, not_attempted
+from txl_minimal.tutorial import memory_gain
 from txl_minimal.tutorial.solutions import gain_by_class
 
 
 @checker
 def check_memory_gain_prediction(prediction, *, tol: Optional[float] = None,
                                  raises: Optional[bool] = None) -> Optional[bool]:
-    """Check a prediction of the bits per character a memory of 64 saves on code and on text8 (notebook 09).
+    """Check a prediction of where the memory's saving comes from (notebook 09, exercise 1).
 
-    ``prediction``: (saving on code, saving on text8) by the model trained and evaluated with a memory
-    of 64 against the one trained and evaluated without (results/own_text/results.json: the paired
-    block means of the same test characters); within ``tol`` (default 0.025 bits of each: the seed
-    moves the code saving by 0.021; the two savings differ by 0.042, so the wrong way round is not
-    right). A misreading (the two swapped, the M = 64 model without its memory) is named.
-    ``raises``: as in ``grading``.
+    ``prediction``: (share, more). ``share``: the share of the bits a memory of 64 saves (the model trained and
+    read with it against the one trained and read without, results/memory_by_position.json) that is made at the
+    segment's first 8 positions of 64, a number in [0, 1]; right within ``tol`` (default 0.15) of either text's
+    share. ``more``: which text's models save more past those positions, "code", "text8" or "neither" (the two
+    within two standard errors: over 8 held-out stretches and 2 seeds). Reading the share as that of the
+    characters (1/8), or a percentage, is named. ``raises``: as in ``grading``.
 
     Returns:
-        True (right), False (wrong: the misreading or the right values with the rule) or None (not attempted),
-        said in one printed line; with ``raises``, a wrong or missing answer raises ``AssertionError`` instead.
+        True (right), False (wrong: what the measurement says) or None (not attempted), said in one printed
+        line; with ``raises``, a wrong or missing answer raises ``AssertionError`` instead.
 
     Examples:
         >>> from txl_minimal.tutorial.exercises import check_memory_gain_prediction
-        >>> check_memory_gain_prediction([0, 0])
-        check_memory_gain_prediction: not yet: [0, 0] is no saving. ...
+        >>> check_memory_gain_prediction((0.125, "neither"))
+        check_memory_gain_prediction: not yet: 0.125 is the share of the characters at those positions, ...
         False
     """
-    runs = own_text.load_results()["runs"]
-    want = own_text.memory_savings(runs)
-    own = [round(own_text.paired_blocks(runs[f"{t}-m64"]["blocks"][0], runs[f"{t}-m64"]["blocks"][64])[0], 3)
-           for t in ("code", "text8")]
-    rule = (f"a memory of 64 saves {want[0]:.3f} bits per character on code and {want[1]:.3f} on text8 "
-            f"({want[0] / want[1]:.1f} times as much on code)")
-    return _check_prediction("check_memory_gain_prediction", prediction, want, rule,
-                             known=[(want[::-1], "the two the wrong way round: code gains more"),
-                                    (own, "what the M = 64 model loses without its memory, which it learnt to "
-                                          "rely on; the question compares it with a model trained without one"),
-                                    ([0.0, 0.0], "no saving")],
-                             tol=0.025 if tol is None else tol, raises=raises)
+    name = "check_memory_gain_prediction"
+    if callable(prediction):
+        try:
+            prediction = prediction()
+        except Exception as e:  # noqa: BLE001 (a student's bug is a wrong answer)
+            return _verdict(False, f"{name}: not yet: your function raised {type(e).__name__}: {e}", raises)
+    if prediction is None or prediction is ...:
+        return not_attempted(name, raises)
+    form = 'write (share, more): a number in [0, 1] and "code", "text8" or "neither", e.g. (0.3, "code")'
+    try:
+        share, more = prediction
+        share = float(share)
+    except (TypeError, ValueError, OverflowError):
+        return _verdict(False, f"{name}: not yet: {form}; got {prediction!r}", raises)
+    more = more.strip().lower() if isinstance(more, str) else more
+    if not math.isfinite(share) or more not in ("code", "text8", "neither"):
+        return _verdict(False, f"{name}: not yet: {form}; got {prediction!r}", raises)
+    results = memory_gain.load()
+    shares, (verdict, diff, se) = memory_gain.start_shares(results), memory_gain.past_start_verdict(results)
+    tol = 0.15 if tol is None else tol
+    measured = (f"{shares['code']:.0%} of the saving is made at the first 8 positions on code, {shares['text8']:.0%} "
+                f"on text8; past them code saves {diff:+.3f} \u00b1 {se:.3f} bits per character more than text8")
+    if 1 < share <= 100:
+        return _verdict(False, f"{name}: not yet: write the share as a fraction (0.3 for 30%), got {share:g}", raises)
+    near = min(shares.values()) - tol <= share <= max(shares.values()) + tol
+    if near and more == verdict:
+        return _verdict(True, f"{name}: right: {measured}", raises)
+    said = []
+    if not near:
+        said.append("0.125 is the share of the characters at those positions, not of the saving" if
+                    abs(share - 0.125) < 0.02 else f"a share of {share:g} is off")
+    if more != verdict:
+        said.append({"neither": "the two can be told apart", "code": "it is not code", "text8": "it is not text8"}[more]
+                    if verdict != "neither" else "the two cannot be told apart (within two SEs)")
+    return _verdict(False, f"{name}: not yet: {'; '.join(said)}: {measured}", raises)
 
 
 def _char_gains(seed: int, n: int) -> tuple[str, np.ndarray, np.ndarray]:
