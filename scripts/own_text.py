@@ -11,7 +11,8 @@
 Every run: the cpu-small shape, STEPS steps, seed 0 (or --seed), fp32 on the CPU, its best.pt scored on the first
 EVAL_CHARS characters of its text's test split (batch 16) with every memory of EVAL_MEMS; see
 txl_minimal/tutorial/own_text.py for what is trained and why. Writes OUT/NAME/log.csv, OUT/NAME.safetensors
-(each run's best weights), OUT/code-test.txt.gz (the code test characters scored: the standard library
+(each run's best weights, in float16, scored as stored; results/own_text ships the seed-0 ones of M = 0 and 64,
+the others' scores are in results.json and results/memory_by_position.json), OUT/code-test.txt.gz (the code test characters scored: the standard library
 differs between Python versions, so the scores re-run on the text itself) and OUT/results.json (an
 existing one's other runs are kept, if they were trained for as many steps on the same code). OUT defaults to
 results/own_text/, which notebook 09 reads: written only with --replace-shipped.
@@ -94,8 +95,9 @@ def run(corpus, name: str, mem_len: int, steps: int, out: Path, score_only: bool
     else:
         resume = resume and (out / name / "ckpt.pt").exists()
         res = train(model_cfg, train_cfg, corpus=corpus, progress=False, resume=resume, overwrite=not resume)
-        model = res.best_model()
+        model = res.best_model().half()  # stored in float16 (half the file); scored below as stored
         save(model, out / f"{name}.safetensors")
+        model = load(out / f"{name}.safetensors")
         for leftover in ("ckpt.pt", "best.pt"):
             (out / name / leftover).unlink(missing_ok=True)
     with open(out / name / "log.csv", newline="") as f:  # the log's clock continues across a resume
