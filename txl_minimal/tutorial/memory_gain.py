@@ -140,3 +140,11 @@ def past_start_verdict(results: dict, start: int = START) -> tuple[str, float, f
     rest = {t: stats.pooled([(c[start:].mean(), 0.0) for c in own_text_curves(results, t)]) for t in ("code", "text8")}
     diff, se = rest["code"].mean - rest["text8"].mean, float(np.hypot(rest["code"].se, rest["text8"].se))
     return ("neither" if abs(diff) < 2 * se else "code" if diff > 0 else "text8"), diff, se
+
+
+def code_stretches(path=None) -> dict[str, str]:
+    """The code's held-out stretches as text, {"valid 0": ..., "test 202145": ...}: what results/memory_by_position.json
+    scored (the standard library differs between Python versions; this is the one the models were scored on)."""
+    import gzip
+    path = Path(path) if path else RESULTS.with_name(RESULTS.stem + "-code.json.gz")
+    return json.loads(gzip.decompress(path.read_bytes()).decode("utf-8"))
