@@ -11,9 +11,10 @@
 Every run: the cpu-small shape, STEPS steps, seed 0 (or --seed), fp32 on the CPU, its best.pt scored on the first
 EVAL_CHARS characters of its text's test split (batch 16) with every memory of EVAL_MEMS; see
 txl_minimal/tutorial/own_text.py for what is trained and why. Writes OUT/NAME/log.csv, OUT/NAME.safetensors
-(each run's best weights, in float16, scored as stored; results/own_text ships the seed-0 ones of M = 0 and 64,
-the others' scores are in results.json and results/memory_by_position.json), OUT/code-test.txt.gz (the code test characters scored: the standard library
-differs between Python versions, so the scores re-run on the text itself) and OUT/results.json (an
+(each run's best weights, in float16, scored as stored; results/own_text ships the seed-0 ones of M = 0 and
+64, the others' scores are in results.json and results/memory_by_position.json), OUT/code-test.txt.gz (the code
+test characters scored: the standard library differs between Python versions, so the scores re-run on the text
+itself) and OUT/results.json (an
 existing one's other runs are kept, if they were trained for as many steps on the same code). OUT defaults to
 results/own_text/, which notebook 09 reads: written only with --replace-shipped.
 """
