@@ -36,13 +36,13 @@ ALLOWED = {
     "model": {"validation", "adaptive", "sampling"},  # only inside the package: model.py copied alone runs without them
     "fast": {"model"},  # the model's faster subclasses (model.py names only its hook, SPEEDUP)
     "words": set(),  # the authors' Vocab
-    "symbols": {"words"},  # text <-> ids: text8's 27 characters (VOCAB, encode), any other vocabulary
-    "corpora": {"utils", "symbols", "provenance"},  # what every corpus shares: Corpus, Source, the download, the cache
+    "symbols": {"words", "validation"},  # text <-> ids: text8's 27 characters (VOCAB, encode), any other vocabulary
+    "corpora": {"utils", "symbols", "provenance", "validation"},  # what every corpus shares: Corpus, Source, the download, the cache
     "text8": {"utils", "symbols", "corpora"},  # characters: text8, text8-mini
     "word_corpora": {"words", "symbols", "corpora", "text8"},  # words: text8-mini's, WikiText's
     "enwik8": {"words", "corpora"},  # bytes, as the authors prepare them
     "text_file": {"symbols", "corpora", "words"},  # your own UTF-8 file: chunked reading, its vocabulary, its cache
-    "batching": set(),  # torch and numpy only: the ordered iterator
+    "batching": {"validation", "machine"},  # the ordered iterator: its arguments checked, its device one this has
     # the corpora's front door; generate_text calls model.generate without importing the model
     "data": {"corpora", "text8", "word_corpora", "enwik8", "text_file", "symbols", "batching", "words"},
     "variants": {"model"},
@@ -50,7 +50,7 @@ ALLOWED = {
     "safetensors_io": {"utils"},  # the shipped weights' format, without pickle
     "tasks": {"model", "utils", "safetensors_io"},  # the recall stream and its models
     "reference": {"model"},  # the naive key-by-key model the tests trust (it reads model.py's sinusoid_table)
-    "checkpoint": {"model", "data", "utils", "safetensors_io"},
+    "checkpoint": {"model", "data", "utils", "safetensors_io", "validation"},
     "segments": {"model", "checkpoint", "validation", "provenance"},  # read_segments; does a segment fit
     "evaluate": {"model", "data", "utils", "checkpoint", "validation", "fast", "provenance",  # checks once; compile
                  "stats", "segments"},  # its command line's comparisons
@@ -72,10 +72,10 @@ ALLOWED = {
     "doctor": {"utils", "corpora", "text8", "word_corpora", "enwik8", "checkpoint",  # python -m txl_minimal.doctor
                "train", "safetensors_io"},
     # the notebooks' helpers
-    "tutorial.context": {"model", "data", "utils", "evaluate", "stats"},
-    "tutorial.analysis": {"model", "data", "utils", "evaluate"},
-    "tutorial.attention_maps": {"model", "data", "utils", "evaluate", "tutorial.analysis"},
-    "tutorial.plotting": {"tutorial.analysis"},
+    "tutorial.context": {"model", "data", "utils", "evaluate", "stats", "validation"},
+    "tutorial.analysis": {"model", "data", "utils", "evaluate", "validation"},
+    "tutorial.attention_maps": {"model", "data", "utils", "evaluate", "tutorial.analysis", "validation"},
+    "tutorial.plotting": {"tutorial.analysis", "validation"},
     # the notebooks' checkers: one module per notebook over the machinery they share (checking)
     "tutorial.exercises.checking": {"model"},
     "tutorial.exercises.build": {"model", "tutorial.exercises.checking"},
@@ -90,8 +90,8 @@ ALLOWED = {
     "tutorial.exercises.your_text": {"tutorial.own_text", "tutorial.solutions",  # 09's reference: its worked answer
                                      "tutorial.exercises.checking"},
     "tutorial.solutions": {"tutorial.own_text"},  # their worked answers (09's prediction reads its results)
-    "tutorial.ablation": {"model", "data", "utils", "train", "flops"},
-    "tutorial.own_text": {"utils", "stats"},  # notebook 09: the stdlib corpus, its runs, their results
+    "tutorial.ablation": {"model", "data", "utils", "train", "flops", "validation"},
+    "tutorial.own_text": {"utils", "stats", "validation"},  # notebook 09: the stdlib corpus, its runs, their results
 }
 
 

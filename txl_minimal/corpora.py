@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from txl_minimal import provenance
+from txl_minimal import provenance, validation
 from txl_minimal.symbols import VOCAB, decode, decode_symbols, encode, encode_symbols
 from txl_minimal.utils import NO_SPACE, WriteError, atomic_write, file_in_the_way, remove_leftovers
 
@@ -86,6 +86,8 @@ class Corpus:
     unit: str = "character"  # "character" (scored in bpc), "word" (in perplexity) or "byte" (enwik8, in bpc)
 
     def __post_init__(self) -> None:  # its ids know their vocabulary: evaluate refuses them to another model
+        for split in SPLITS:  # float ids (0.7) would be trained on as 0, text fail inside torch: said here
+            validation.integer_ids(getattr(self, split), f"Corpus {self.name!r}'s {split} split", dims=1)
         provenance.remember(self.name, self.unit, self.vocab, self.train, self.valid, self.test)
 
     @property
