@@ -37,7 +37,8 @@ ALLOWED = {
     "fast": {"model"},  # the model's faster subclasses (model.py names only its hook, SPEEDUP)
     "words": set(),  # the authors' Vocab
     "symbols": {"words", "validation"},  # text <-> ids: text8's 27 characters (VOCAB, encode), any other vocabulary
-    "corpora": {"utils", "symbols", "provenance", "validation"},  # what every corpus shares: Corpus, Source, the download, the cache
+    # what every corpus shares: Corpus (its splits' ids checked), Source, the download, the cache
+    "corpora": {"utils", "symbols", "provenance", "validation"},
     "text8": {"utils", "symbols", "corpora"},  # characters: text8, text8-mini
     "word_corpora": {"words", "symbols", "corpora", "text8"},  # words: text8-mini's, WikiText's
     "enwik8": {"words", "corpora"},  # bytes, as the authors prepare them

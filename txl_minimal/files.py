@@ -58,7 +58,8 @@ def refuse_empty_path(path, what: str) -> None:
     written there (a checkpoint, a run's files) without the user having named it; and for what is no
     path at all (None, a number: pathlib's TypeError names neither)."""
     if not isinstance(path, (str, os.PathLike)):
-        raise ValueError(f"{what} must be a path (a str or a pathlib.Path), got {path!r}. Fix: e.g. 'runs/mine/ckpt.pt'")
+        raise ValueError(f"{what} must be a path (a str or a pathlib.Path), got {path!r}. Fix: e.g. "
+                         "'runs/mine/ckpt.pt'")
     if isinstance(path, str) and not path.strip():
         raise ValueError(f"{what} is an empty path ({path!r}), which would mean the current folder. Fix: name the "
                          "file or folder")

@@ -143,6 +143,9 @@ def integer_ids(x, what: str = "token ids", dims: Optional[int] = None):
     a list or tuple as a tensor (``token_tensor``); else a ValueError saying what it holds and the fix: text,
     a set or a generator (``token_tensor``'s sentences), floats (0.7 would be read as 0), bools, strings,
     complex numbers, a meta tensor, or (``dims``) another number of axes. Empty ids pass (as int64)."""
+    if isinstance(x, (list, tuple)) and x and isinstance(x[0], (str, bytes)):  # ['a', 'b']: characters, not ids
+        raise ValueError(f"{what} must be integers, got strings ({x[0]!r}, ...): text must be encoded first. "
+                         f"{ENCODE_FIX}")
     if isinstance(x, torch.Tensor) or not (hasattr(x, "__array__") and hasattr(x, "dtype")):
         x = token_tensor(x, what, rows=dims != 1)  # text, a set, a generator, ragged rows: refused there
         if x.is_meta:

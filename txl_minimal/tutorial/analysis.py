@@ -83,7 +83,8 @@ def _check_score_inputs(caller: str, **tensors) -> None:
         validation.tensor_of(t, name, caller, (2,), "(T, d) for embeddings, (d_head, d) for weights",
                              "analysis.head_weights gives the weights, layer inputs or embeddings the rest")
         if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{caller}: {name} must be a tensor, got {validation.a_kind(t)}. Fix: torch.as_tensor(...)")
+            raise ValueError(f"{caller}: {name} must be a tensor, got {validation.a_kind(t)}. Fix: "
+                             "torch.as_tensor(...)")
     d = {name: t.size(-1) for name, t in tensors.items()}
     heads = {name: t.size(0) for name, t in tensors.items() if name.startswith("w_")}
     if len(set(d.values())) > 1 or len(set(heads.values())) > 1:
@@ -526,7 +527,7 @@ def segment_position_nll(model: TransformerXL, data, tgt_len: Optional[int] = No
     whose first positions have no context). Only full segments are scored.
     Lengths left as None keep the model's; they are restored afterwards.
     """
-    ids = as_ids(data)
+    ids = as_ids(validation.integer_ids(data, "segment_position_nll: data", dims=1))  # (2 rows: not "2 tokens")
     L = model.cfg.tgt_len if tgt_len is None else count(tgt_len, "tgt_len", "segment_position_nll")
     n_seg = (len(ids) - 1) // L
     if n_seg < 1:

@@ -23,7 +23,6 @@ builds the code corpus and reads the results.
 from __future__ import annotations
 
 import gzip
-import json
 import sys
 import sysconfig
 from pathlib import Path
@@ -128,8 +127,9 @@ def read_code_test(results_dir: str | Path = RESULTS_DIR) -> str:
     refuse_empty_path(results_dir, "read_code_test's results_dir")
     path = code_test_path(results_dir)
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing. Fix: git checkout results/own_text (it ships the code test split), "
-                                f"or run {sys.executable.rsplit('/', 1)[-1]} scripts/own_text.py --out {results_dir}")
+        raise FileNotFoundError(f"{path} is missing. Fix: git checkout results/own_text (it ships the code test "
+                                f"split), or run {sys.executable.rsplit('/', 1)[-1]} scripts/own_text.py --out "
+                                f"{results_dir}")
     try:
         return gzip.decompress(path.read_bytes()).decode("utf-8")
     except (OSError, EOFError, UnicodeDecodeError) as e:  # gzip's BadGzipFile is an OSError

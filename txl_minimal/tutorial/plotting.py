@@ -515,8 +515,9 @@ def plot_head_attention(attn, key_labels: Sequence[str], mlen: int, title: str,
             raise ValueError(f"{caller}: {name} must be a slice that selects some {name} (e.g. slice(0, 16)), got "
                              f"{part!r}")
     if mlen != klen - qlen or len(key_labels) < klen:  # (the queries are the last qlen keys, labelled as keys)
-        raise ValueError(f"{caller}: attn {a.shape} has mlen = klen - qlen = {klen - qlen} and needs {klen} key_labels; "
-                         f"got mlen={mlen} and {len(key_labels)} labels. Fix: seg.mlen, char_labels(seg.key_ids)")
+        raise ValueError(f"{caller}: attn {a.shape} has mlen = klen - qlen = {klen - qlen} and needs {klen} "
+                         f"key_labels; got mlen={mlen} and {len(key_labels)} labels. Fix: seg.mlen, "
+                         "char_labels(seg.key_ids)")
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(WIDTH, 4.2), gridspec_kw=dict(width_ratios=[1.25, 1]))
     heatmap(ax, a, "whole segment: queries x [memory | segment]",
             xlabel=f"key position j  (memory: j < {mlen} | segment)", ylabel="query position i",

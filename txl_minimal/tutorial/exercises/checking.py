@@ -350,7 +350,11 @@ def _check_prediction(name: str, got, want: float | list, rule: str, known: Iter
         return not_attempted(name, raises)
     kind = f"a list of {len(want)} numbers" if isinstance(want, list) else "a number"
     try:
-        values = [float(v) for v in np.ravel(np.asarray(_plain(got), dtype=float))]
+        plain = _plain(got)
+        if isinstance(plain, complex) or np.asarray(plain).dtype.kind == "c":  # (a float cast drops the imaginary)
+            raise _NotNumbers("complex numbers: the answer is real")
+        with np.errstate(over="ignore"):  # a longdouble beyond float64 is inf: said as a wrong value
+            values = [float(v) for v in np.ravel(np.asarray(plain, dtype=float))]
     except _NotNumbers as e:
         return _verdict(False, f"{name}: not yet: write {kind}; got {e}", raises)
     except (TypeError, ValueError):

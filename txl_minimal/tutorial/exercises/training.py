@@ -132,7 +132,7 @@ def check_param_count(answer: Optional[Callable], *, settings: Sequence[dict] = 
             except Exception:  # _check below reports it
                 break
             if named:
-                return _verdict(False, f"check_param_count: not yet: {where}: {_said(got)}, expected {want}: {named[0]}.",
-                                raises)
+                return _verdict(False, f"check_param_count: not yet: {where}: {_said(got)}, expected {want}: "
+                                       f"{named[0]}.", raises)
             break
     return _check("check_param_count", answer, cases, tol=tol, raises=raises)
