@@ -52,6 +52,14 @@ def _matrix(m, caller: str, name: str = "m") -> torch.Tensor:
     return m if m.is_floating_point() else m.double()  # (integers hold no NaN or inf to mask with)
 
 
+def _broadcasts(shape: torch.Size, onto: torch.Size) -> bool:
+    """Whether a tensor of ``shape`` broadcasts onto one of shape ``onto`` (a (klen,) mask onto (qlen, klen))."""
+    try:
+        return torch.broadcast_shapes(shape, onto) == onto
+    except RuntimeError:
+        return False
+
+
 def _square_side(n: int, caller: str) -> None:
     """A ValueError when an (n, n) int64 matrix would not fit in this machine's memory (said, not torch's)."""
     validation.fits(8 * n * n, f"an ({n:,}, {n:,}) matrix", caller, "a smaller n (a figure shows a few hundred)")
@@ -231,9 +239,9 @@ def row_spread(m: torch.Tensor, where: Optional[torch.Tensor] = None) -> float:
     the boolean ``where`` (default: all). 0 means the row is constant there."""
     m = _matrix(m, "row_spread").detach()
     if where is not None and (not isinstance(where, torch.Tensor) or where.dtype != torch.bool
-                              or where.shape != m.shape):
+                              or not _broadcasts(where.shape, m.shape)):
         raise ValueError(f"row_spread: where must be a bool tensor of m's shape {tuple(m.shape)}, got "
-                         f"{getattr(where, 'shape', type(where).__name__)}")
+                         f"{getattr(where, 'shape', type(where).__name__)} {getattr(where, 'dtype', '')}")
     keep = ~torch.isnan(m) if where is None else (~torch.isnan(m) & where)
     lo = m.masked_fill(~keep, float("inf")).min(-1).values
     hi = m.masked_fill(~keep, float("-inf")).max(-1).values
@@ -504,10 +512,12 @@ def bpc_vs_memory(model: TransformerXL, data, mem_lens: Sequence[int],
     Calls ``evaluate(model, data, mem_len=m, **eval_kwargs)`` (default:
     ``txl_minimal.evaluate.evaluate``, which restores the model's lengths).
     """
-    validation.nonempty(mem_lens, "mem_lens", "bpc_vs_memory", "a list of memory lengths, e.g. [0, 64, 256]")
-    mem_lens = [count(m, "mem_lens[...]", "bpc_vs_memory", 0) for m in mem_lens]
+    if isinstance(mem_lens, (str, bytes)) or not hasattr(mem_lens, "__iter__"):
+        raise ValueError(f"bpc_vs_memory: mem_lens must be memory lengths, e.g. [0, 64, 256], got {mem_lens!r}")
     evaluate = evaluate or evaluate_segments
-    return [float(evaluate(model, data, mem_len=m, **eval_kwargs)["bpc"]) for m in mem_lens]
+    # each length checked as it comes: mem_lens may be a progress bar (tqdm), read once, as the evaluations run
+    return [float(evaluate(model, data, mem_len=count(m, "mem_lens[...]", "bpc_vs_memory", 0), **eval_kwargs)["bpc"])
+            for m in mem_lens]
 
 
 # ----------------------------------------------------------------------------
