@@ -1,8 +1,11 @@
-"""Clear errors for bad inputs to ``model.py``, kept out of the paper's code.
+"""Clear errors for bad inputs to ``model.py``, kept out of the paper's code, and the package's
+argument checks, one per kind: ``count`` (a length or a count), ``index``, ``flag``, ``integer_ids``
+(token ids), ``nonempty``, ``has_keys``, ``tensor_of``, ``fits`` (a size this machine can hold).
 
 ``model.py`` calls these when it runs inside the package; copied alone, it runs the
 same model without them. Each raises ``ValueError`` naming the problem and the fix
-before torch fails deep inside (or, worse, computes something from a wrong input).
+before torch fails deep inside (or, worse, computes something from a wrong input); every
+public function checks its arguments with them where it is called (tests/test_arguments.py).
 Like the model, this needs torch only: text is encoded in ``symbols.py``.
 """
 from __future__ import annotations
