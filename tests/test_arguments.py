@@ -25,9 +25,13 @@ from tiny import TINY
 from txl_minimal import (Corpus, LMOrderedIterator, TransformerXL, TXLConfig, as_ids, attention_mask, decode, encode,
                          generate_text, paired_difference, pooled, read_segments, rel_shift, sinusoid_table,
                          sliding_window_eval, update_memory)
+from txl_minimal import flops, tasks
 from txl_minimal.checkpoint import model_from_checkpoint, official_state_dict, save, save_checkpoint
+from txl_minimal.data import encode_symbols, load_text8_mini, word_stats
 from txl_minimal.evaluate import evaluate
+from txl_minimal.machine import seed_everything
 from txl_minimal.stats import block_means
+from txl_minimal.train import TrainConfig, lr_at
 from txl_minimal.tutorial import ablation, analysis, attention_maps as am, context, own_text, plotting
 
 matplotlib.use("Agg")
@@ -120,7 +124,32 @@ COUNTS = [
     ("later_half_bpc", "batch_size", 1, False, lambda m, s, v: ablation.later_half_bpc(m, IDS, 8, v)),
     ("ablation.train_config", "steps", 1, False, lambda m, s, v: ablation.train_config(v, "runs/x")),
     ("run_name", "mem_len", 0, False, lambda m, s, v: own_text.run_name("code", v)),
+    # what else the notebooks call
+    ("RecallTask", "n_keys", 1, False, lambda m, s, v: tasks.RecallTask(n_keys=v)),  # 0 keys: filler alone
+    ("recall_stream", "n_tokens", 1, False, lambda m, s, v: tasks.recall_stream(v)),
+    ("recall_stream", "seed", 0, False, lambda m, s, v: tasks.recall_stream(100, seed=v)),
+    ("recall_accuracy", "edges", 1, False, lambda m, s, v: tasks.recall_accuracy([True], [1], [v])),
+    ("lr_at", "step", 0, False, lambda m, s, v: lr_at(v, TrainConfig(warmup_steps=0))),  # step 0: was 0 / 0
+    ("attention_flops_per_token", "tgt_len", 1, False, lambda m, s, v: flops.attention_flops_per_token(2, 2, 8, v, 4)),
+    ("pair_flops", "d_head", 1, False, lambda m, s, v: flops.pair_flops(v)),
+    ("train_step_flops", "batch", 1, False, lambda m, s, v: flops.train_step_flops(TXLConfig(**TINY), v)),
+    ("softmax_flops", "n_token", 1, False, lambda m, s, v: flops.softmax_flops(v, 16)),
+    ("seed_everything", "seed", 0, False, lambda m, s, v: _kept_rng(seed_everything, v)),
+    ("seed_everything", "threads", 1, True, lambda m, s, v: _kept_rng(seed_everything, 0, v)),
 ]
+
+
+def _kept_rng(fn, *args):
+    """``fn(*args)`` with torch's, NumPy's and Python's random state and torch's threads as they were after."""
+    import random
+    states, threads = (np.random.get_state(), random.getstate()), torch.get_num_threads()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            return fn(*args)
+    finally:
+        np.random.set_state(states[0])
+        random.setstate(states[1])
+        torch.set_num_threads(threads)
 def _bad_counts(floor: int, none_allowed: bool) -> dict:
     """The values below or beside a count's floor, by what they are."""
     bad = {"below": floor - 1, "-1": -1, "2.5": 2.5, "True": True, "'3'": "3", "np.float64(3.0)": np.float64(3.0)}
@@ -349,6 +378,14 @@ DEGENERATE = [
     (lambda m, s, ru: model_from_checkpoint({}), "ckpt has no 'model'"),  # KeyError
     (lambda m, s, ru: save_checkpoint(None, "x.pt"), "state must be a dict"),
     (lambda m, s, ru: encode(["a"]), "encode reads text"),
+    (lambda m, s, ru: encode_symbols(None, "abc"), "encode_symbols reads text"),  # AttributeError
+    (lambda m, s, ru: word_stats(load_text8_mini()), "word_stats reads a word corpus"),  # characters
+    (lambda m, s, ru: tasks.RecallTask(p_set=-1.0), "p_set must be a probability"),  # a stream of filler alone
+    (lambda m, s, ru: tasks.recall_accuracy([True] * 3, [1, 2], [4]), "one entry per answer"),  # IndexError
+    (lambda m, s, ru: tasks.recall_accuracy([True], [1], None), "edges is None"),
+    (lambda m, s, ru: tasks.recall_accuracy([True], [1], [8, 4]), "edges must increase"),
+    (lambda m, s, ru: tasks.load_recall_model(None), "must be a path"),
+    (lambda m, s, ru: lr_at(3, {}), "lr_at: cfg must be a TrainConfig"),  # AttributeError
 ]
 @pytest.fixture(scope="module")
 def ru(tmp_path_factory):

@@ -20,7 +20,7 @@ ALLOWED = {
     # the library
     # the helpers, by job; utils.py imports each (the names it held before they had modules of their own)
     "scores": set(),  # LN2, bpc or perplexity
-    "machine": set(),  # the device, bf16's speed, seeds and threads
+    "machine": {"validation"},  # the device, bf16's speed, seeds and threads
     "files": set(),  # atomic writes, WriteError, folder checks, read_json
     "shipped_files": {"files"},  # MANIFEST.json: sizes and SHA-256 of what ships
     "finite": set(),  # where a NaN or inf is
@@ -47,9 +47,9 @@ ALLOWED = {
     # the corpora's front door; generate_text calls model.generate without importing the model
     "data": {"corpora", "text8", "word_corpora", "enwik8", "text_file", "symbols", "batching", "words"},
     "variants": {"model"},
-    "flops": {"model"},
+    "flops": {"model", "validation"},
     "safetensors_io": {"utils"},  # the shipped weights' format, without pickle
-    "tasks": {"model", "utils", "safetensors_io"},  # the recall stream and its models
+    "tasks": {"model", "utils", "safetensors_io", "validation"},  # the recall stream and its models
     "reference": {"model"},  # the naive key-by-key model the tests trust (it reads model.py's sinusoid_table)
     "checkpoint": {"model", "data", "utils", "safetensors_io", "validation"},
     "segments": {"model", "checkpoint", "validation", "provenance"},  # read_segments; does a segment fit

@@ -157,6 +157,9 @@ def encode_symbols(text: str, symbols: Sequence[str], unit: str = "character", s
         >>> encode_symbols("aba", "\\ufffdab").tolist()
         [1, 2, 1]
     """
+    if not isinstance(text, str):
+        raise ValueError(f"encode_symbols reads text (a str), got {validation.a_kind(text)}. Fix: the text itself; "
+                         "ids back to text: decode_symbols(ids, symbols)")
     if unit == "word":
         vocab = Vocab.from_symbols(symbols, add_eos="<eos>" in symbols)
         try:
