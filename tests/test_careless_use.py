@@ -679,6 +679,62 @@ def _not_callable(*args):
     raise TypeError("'Tensor' object is not callable")
 
 
+class _Hostile:
+    """An answer whose every conversion raises: ``__float__`` and ``__index__`` (or ``__eq__`` and ``__bool__``,
+    ``__repr__``, ``__array__``)."""
+
+    def __init__(self, what: str = "float"):
+        self.what = what
+
+    def __float__(self):
+        if self.what == "float":
+            raise RuntimeError("no float")
+        return 1.0
+
+    __index__ = __float__
+
+    def __eq__(self, other):
+        if self.what == "eq":
+            raise RuntimeError("no eq")
+        return False
+
+    def __bool__(self):
+        if self.what == "eq":
+            raise RuntimeError("no bool")
+        return True
+
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        if self.what == "repr":
+            raise RuntimeError("no repr")
+        return f"_Hostile({self.what!r})"
+
+    def __array__(self, *args, **kwargs):
+        if self.what == "array":
+            raise RuntimeError("no array")
+        return np.array(float(self))
+
+
+class _HostileList(list):
+    def __len__(self):
+        raise RuntimeError("no len")
+
+    def __iter__(self):
+        raise RuntimeError("no iter")
+
+
+def _nested(depth: int) -> list:
+    x = 1
+    for _ in range(depth):
+        x = [x]
+    return x
+
+
+def _recurses(*args):
+    return _recurses(*args)
+
+
 # Wrong answers of every kind a checker may get: each must be called wrong (or not attempted),
 # with a line saying why, and never crash the checker.
 WRONG_KINDS = {
@@ -694,16 +750,36 @@ WRONG_KINDS = {
     "RuntimeError": lambda *a: torch.ones(2) @ torch.ones(3), "ZeroDivisionError": lambda *a: 1 / 0,
     "too few arguments": lambda: 0, "not callable (TypeError)": _not_callable,
     "a tensor instead of a function": torch.ones(3),
+    # hostile answers, from HOSTILE_FROM (issue 48: OverflowError, RecursionError, the answer's own errors escaped)
+    "10**400": lambda *a: 10 ** 400, "-10**400 in a list": lambda *a: [-10 ** 400] * 3,
+    "10**400 in an object array": lambda *a: np.array([10 ** 400], dtype=object), "-inf": lambda *a: -math.inf,
+    "complex numbers": lambda *a: [1j, 2j, 3j], "a complex array": lambda *a: np.array([1j, 2j]),
+    "__float__ raises": lambda *a: _Hostile(), "__float__ raises, in a list": lambda *a: [_Hostile()] * 3,
+    "__eq__ and __bool__ raise": lambda *a: _Hostile("eq"), "__repr__ raises": lambda *a: _Hostile("repr"),
+    "__iter__ and __len__ raise": lambda *a: _HostileList(), "__array__ raises": lambda *a: _Hostile("array"),
+    "lists nested 5,000 deep": lambda *a: _nested(5000), "a longdouble": lambda *a: np.longdouble(1e300) ** 2,
+    "a datetime64": lambda *a: np.datetime64("2020-01-01"), "tensors of two lengths": lambda *a: [torch.ones(2),
+                                                                                                   torch.ones(3)],
+    "a function that recurses": _recurses, "bytes": lambda *a: b"\x00\x01", "a slice": lambda *a: slice(1, 2),
+    "a type": lambda *a: int, "a module": lambda *a: np,
 }
+HOSTILE_FROM = list(WRONG_KINDS).index("10**400")
 
 
 @pytest.mark.parametrize("check", sorted({getattr(exercises, n) for n in dir(exercises) if n.startswith("check_")},
                                          key=lambda c: c.__name__), ids=lambda c: c.__name__)
 def test_every_checker_survives_every_kind_of_wrong_answer(check, capsys):
-    assert len(WRONG_KINDS) == 26
-    for kind, answer in WRONG_KINDS.items():
+    """A checker never raises in a notebook (a wrong answer is said in a line); in grading mode it raises
+    AssertionError with that line and nothing else. The answers are functions: a prediction checker calls one
+    without arguments, as it takes them."""
+    assert len(WRONG_KINDS) == 47
+    for k, (kind, answer) in enumerate(WRONG_KINDS.items()):
         assert check(answer) is False, kind
-        assert "not yet" in capsys.readouterr().out, kind
+        out = capsys.readouterr().out
+        assert "not yet" in out and "Traceback" not in out, (kind, out)
+        if k >= HOSTILE_FROM:  # (each call builds the checker's cases: the hostile kinds alone, also when grading)
+            with pytest.raises(AssertionError, match="not yet"):
+                check(answer, raises=True)
 
 
 def test_generation_with_long_empty_and_out_of_alphabet_prompts(tiny_model):

@@ -20,7 +20,7 @@ ALLOWED = {
     # the library
     # the helpers, by job; utils.py imports each (the names it held before they had modules of their own)
     "scores": set(),  # LN2, bpc or perplexity
-    "machine": set(),  # the device, bf16's speed, seeds and threads
+    "machine": {"validation"},  # the device, bf16's speed, seeds and threads
     "files": set(),  # atomic writes, WriteError, folder checks, read_json
     "shipped_files": {"files"},  # MANIFEST.json: sizes and SHA-256 of what ships
     "finite": set(),  # where a NaN or inf is
@@ -36,21 +36,22 @@ ALLOWED = {
     "model": {"validation", "adaptive", "sampling"},  # only inside the package: model.py copied alone runs without them
     "fast": {"model"},  # the model's faster subclasses (model.py names only its hook, SPEEDUP)
     "words": set(),  # the authors' Vocab
-    "symbols": {"words"},  # text <-> ids: text8's 27 characters (VOCAB, encode), any other vocabulary
-    "corpora": {"files", "symbols", "provenance"},  # what every corpus shares: Corpus, Source, the download, the cache
+    "symbols": {"words", "validation"},  # text <-> ids: text8's 27 characters (VOCAB, encode), any other vocabulary
+    # what every corpus shares: Corpus (its splits' ids checked), Source, the download, the cache
+    "corpora": {"files", "symbols", "provenance", "validation"},
     "text8": {"utils", "symbols", "corpora"},  # characters: text8, text8-mini
     "word_corpora": {"words", "symbols", "corpora", "text8"},  # words: text8-mini's, WikiText's
     "enwik8": {"words", "corpora"},  # bytes, as the authors prepare them
     "text_file": {"symbols", "corpora", "words", "files"},  # your own UTF-8 file: chunked reading, vocabulary, cache
-    "batching": set(),  # torch and numpy only: the ordered iterator
+    "batching": {"validation", "machine"},  # the ordered iterator: its arguments checked, its device one this has
     # the corpora's front door; generate_text calls model.generate without importing the model
     "data": {"corpora", "text8", "word_corpora", "enwik8", "text_file", "symbols", "batching", "words"},
     "variants": {"model"},
-    "flops": {"model"},
+    "flops": {"model", "validation"},
     "safetensors_io": {"utils"},  # the shipped weights' format, without pickle
-    "tasks": {"model", "utils", "safetensors_io"},  # the recall stream and its models
+    "tasks": {"model", "utils", "safetensors_io", "validation"},  # the recall stream and its models
     "reference": {"model"},  # the naive key-by-key model the tests trust (it reads model.py's sinusoid_table)
-    "checkpoint": {"model", "data", "utils", "safetensors_io"},
+    "checkpoint": {"model", "data", "utils", "safetensors_io", "validation"},
     "segments": {"model", "checkpoint", "validation", "provenance"},  # read_segments; does a segment fit
     "evaluate": {"model", "data", "corpora", "files", "utils", "cli", "checkpoint", "validation", "fast",
                  "provenance",
@@ -73,12 +74,12 @@ ALLOWED = {
     "doctor": {"utils", "corpora", "text8", "word_corpora", "enwik8", "checkpoint",  # python -m txl_minimal.doctor
                "train", "safetensors_io", "cli"},
     # the notebooks' helpers
-    "tutorial.context": {"model", "data", "utils", "evaluate", "stats"},
-    "tutorial.analysis": {"model", "data", "utils", "evaluate"},
-    "tutorial.attention_maps": {"model", "data", "utils", "evaluate", "provenance", "tutorial.analysis"},
-    "tutorial.plotting": {"tutorial.analysis"},
+    "tutorial.context": {"model", "data", "utils", "evaluate", "stats", "validation"},
+    "tutorial.analysis": {"model", "data", "utils", "evaluate", "validation"},
+    "tutorial.attention_maps": {"model", "data", "utils", "evaluate", "provenance", "tutorial.analysis", "validation"},
+    "tutorial.plotting": {"tutorial.analysis", "validation"},
     # the notebooks' checkers: one module per notebook over the machinery they share (checking)
-    "tutorial.exercises.checking": {"model"},
+    "tutorial.exercises.checking": {"model", "validation"},
     "tutorial.exercises.build": {"model", "tutorial.exercises.checking"},
     "tutorial.exercises.fragmentation": {"model", "evaluate", "tutorial.exercises.checking"},
     "tutorial.exercises.relative_attention": {"model", "variants", "tutorial.analysis", "tutorial.exercises.checking"},
@@ -92,8 +93,8 @@ ALLOWED = {
                                      "tutorial.exercises.checking", "tutorial.memory_gain"},
     "tutorial.solutions": {"tutorial.own_text", "tutorial.memory_gain"},  # their worked answers (09's prediction
     # reads its results)
-    "tutorial.ablation": {"model", "data", "utils", "train", "flops"},
-    "tutorial.own_text": {"utils", "stats"},  # notebook 09: the stdlib corpus, its runs, their results
+    "tutorial.ablation": {"model", "data", "utils", "train", "flops", "validation"},
+    "tutorial.own_text": {"utils", "stats", "validation"},  # notebook 09: the stdlib corpus, its runs, their results
     "tutorial.memory_gain": {"model", "evaluate", "scores", "stats"},  # the saving by position, pooled over stretches
 }
 
@@ -133,7 +134,7 @@ def package_imports(module: str) -> set[str]:
 
 def test_package_imports_reads_relative_and_absolute_imports():
     assert package_imports("tutorial.analysis") >= {"model", "data", "evaluate"}  # from ..model import
-    assert package_imports("tutorial.plotting") == {"tutorial.analysis"}  # from .analysis import
+    assert package_imports("tutorial.plotting") == {"tutorial.analysis", "validation"}  # from .analysis, from .. import
     assert package_imports("tutorial.exercises.context_usage") >= {"tutorial.context",  # from txl_minimal...
                                                                    "tutorial.exercises.checking"}
     assert "variants" in package_imports("__init__")  # from . import variants

@@ -15,8 +15,9 @@ from typing import Optional
 import numpy as np
 import torch
 
+from txl_minimal import validation
+from txl_minimal.machine import check_device
 
-_ENCODE_FIX = "Fix: encode text with its corpus's encode (corpus.encode(text); text8's characters: encode(text))"
 
 def as_ids(data, limit: int | None = None) -> torch.Tensor:
     """Token ids (a list, a NumPy array or memmap, a tensor) as a new LongTensor on the CPU.
@@ -35,18 +36,13 @@ def as_ids(data, limit: int | None = None) -> torch.Tensor:
         tensor([[20,  8,  5]])
         >>> as_ids([0.5])
         Traceback (most recent call last):
-        ValueError: token ids must be integers, got float64. Fix: encode text with its corpus's encode ...
+        ValueError: token ids must be integers, got torch.float32 (0.5 would be read as 0). Fix: encode text ...
     """
+    limit, = validation.counts("as_ids", 0, limit=limit)  # -1 would drop the last id, 2.5 fail in a slice
+    data = validation.integer_ids(data)  # floats, bools, text, a set: a sentence (a list: a tensor)
     data = data[:limit] if limit is not None else data
     if not isinstance(data, torch.Tensor):
-        data = np.asarray(data)
-        if data.size and data.dtype.kind not in "iu":
-            raise ValueError(f"token ids must be integers, got {data.dtype}. {_ENCODE_FIX}")
-        return torch.from_numpy(data.astype(np.int64))  # astype copies
-    if data.is_floating_point() or data.is_complex() or data.dtype == torch.bool:
-        raise ValueError(f"token ids must be integers, got {data.dtype}. {_ENCODE_FIX}")
-    if data.is_meta:
-        raise ValueError("token ids on the meta device hold no values (only a shape). Fix: make them on the CPU")
+        return torch.from_numpy(np.asarray(data).astype(np.int64))  # astype copies
     return data.detach().to("cpu", torch.long, copy=True)
 
 
@@ -104,19 +100,33 @@ class LMOrderedIterator:
 
     def __init__(self, data, batch_size: int, tgt_len: int, device: str | torch.device = "cpu",
                  evaluation: bool = False, var_len: bool = False, seed: int = 0):
+        caller = "LMOrderedIterator"
+        batch_size, tgt_len = (validation.count(v, name, caller) for name, v in (("batch_size", batch_size),
+                                                                                ("tgt_len", tgt_len)))
+        seed = validation.count(seed, "seed", caller, 0)
+        evaluation, var_len = (validation.flag(v, name, caller) for name, v in (("evaluation", evaluation),
+                                                                               ("var_len", var_len)))
+        data = validation.integer_ids(data, f"{caller}'s token ids")  # 0.7 would be read as 0: refused
+        if data.ndim != 1:  # a (1, N) batch would count as 1 token
+            raise ValueError(f"LMOrderedIterator reads one stream of token ids (1-D), got shape {tuple(data.shape)}. "
+                             "Fix: pass the text as one sequence (ids.flatten()); batch_size cuts it into columns")
         if not isinstance(data, torch.Tensor):
             data = np.array(data)  # a copy: memmaps are read-only
             if data.dtype.kind == "u" and data.dtype.itemsize > 1:  # a text file's uint16 ids: torch 2.3 lacks uint16
-                data = data.astype(np.int32)
+                data = data.astype(np.int32 if data.dtype.itemsize == 2 else np.int64)
             data = torch.from_numpy(data)
-        if data.dim() != 1:  # a (1, N) batch would count as 1 token
-            raise ValueError(f"LMOrderedIterator reads one stream of token ids (1-D), got shape {tuple(data.shape)}. "
-                             "Fix: pass the text as one sequence (ids.flatten()); batch_size cuts it into columns")
         n_step = len(data) // batch_size  # tokens per column; the remainder is dropped
         if n_step < 2:
-            raise ValueError(f"{len(data)} tokens are too few for batch_size={batch_size}")
+            raise ValueError(f"{caller}: {len(data):,} tokens are too few for batch_size={batch_size:,}: each column "
+                             "needs 2 (one prediction). Fix: " + (f"batch_size <= {len(data) // 2:,}" if len(data) > 3
+                                                                  else "more tokens"))
+        if n_step - 1 < tgt_len and not (evaluation or var_len):  # training keeps only full segments: none
+            raise ValueError(f"{caller}: {len(data):,} tokens in {batch_size:,} columns leave {n_step - 1:,} "
+                             f"predictions a column, fewer than one training segment of tgt_len={tgt_len:,}, so it "
+                             f"would yield no batch. Fix: tgt_len <= {n_step - 1:,}, a smaller batch_size, or "
+                             "evaluation=True (which keeps the short last segment)")
         # (batch, n_step) on the device, still uint8 for text8; .long() happens per segment.
-        self.data = data[: n_step * batch_size].view(batch_size, n_step).to(device)
+        self.data = data[: n_step * batch_size].view(batch_size, n_step).to(check_device(device, f"{caller}'s device"))
         self.batch_size, self.tgt_len = batch_size, tgt_len
         self.evaluation, self.var_len = evaluation, var_len
         self.rng = np.random.default_rng(seed)

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from txl_minimal.data import VOCAB, WORD_CORPORA
+from txl_minimal import validation
 from txl_minimal.model import TransformerXL, TXLConfig
 from txl_minimal.safetensors_io import file_format, load_file, to_bytes
 from txl_minimal.utils import (atomic_write, check_device, check_shipped, non_finite, refuse_empty_path,
@@ -58,6 +59,16 @@ def unwrap(model: torch.nn.Module) -> TransformerXL:
     """The TransformerXL inside a DDP and/or torch.compile wrapper."""
     model = getattr(model, "module", model)
     return getattr(model, "_orig_mod", model)
+
+
+def _transformer_xl(model, caller: str) -> TransformerXL:
+    """``model`` (inside a DDP or torch.compile wrapper too) if it is a TransformerXL, else a ValueError
+    naming what it is (not an AttributeError from inside)."""
+    inner = unwrap(model)
+    if not isinstance(inner, TransformerXL):
+        raise ValueError(f"{caller}: model must be a TransformerXL, got {validation.a_kind(inner)}. Fix: the model "
+                         "itself, e.g. load_pretrained('txl-tiny') or TransformerXL(TXLConfig(...))")
+    return inner
 
 
 def weights_sha256(state_dict: dict[str, torch.Tensor]) -> str:
@@ -128,6 +139,8 @@ def save_checkpoint(state: dict, path: str | Path) -> None:
         ['format', 'model', 'model_config', 'model_sha256', 'state_sha256', 'step']
     """
     refuse_empty_path(path, "the checkpoint's path")
+    validation.has_keys(state, (), "state", "save_checkpoint", "a dict, e.g. {'model': model.state_dict(), "
+                        "'model_config': model.cfg.to_dict()}")
     state = _with_checksums(state)
     if Path(path).suffix == SAFETENSORS:
         raw = _safetensors_bytes(state, path)
@@ -189,7 +202,7 @@ def save(model: torch.nn.Module, path: str | Path) -> None:
         True
     """
     vocab = model_vocab(model)
-    model = unwrap(model)
+    model = _transformer_xl(model, "save")
     corpus = getattr(model, "corpus_record", None)  # how its text file was read: evaluate reads it so again
     weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     save_checkpoint(dict(model=weights, model_config=model.cfg.to_dict(), **({} if vocab is None else
@@ -264,6 +277,9 @@ def load_checkpoint(path: str | Path, model_cfg: Optional[TXLConfig] = None,
         ValueError: checkpoint cut.pt is corrupt or incomplete (1,000 bytes; torch.load: ...). Fix: use an intact ...
     """
     refuse_empty_path(path, "the checkpoint's path")
+    if Path(path).is_dir():  # (open() would raise IsADirectoryError)
+        raise ValueError(f"{path} is a folder, not a checkpoint. Fix: the file in it (a run's folder holds "
+                         "ckpt.pt and best.pt; txl_minimal.load(folder) finds them)")
     if not Path(path).exists():
         raise FileNotFoundError(f"no checkpoint at {path}. Fix: check the path (--out, or the "
                                 "checkpoint evaluated), or drop --resume to start afresh.")
@@ -377,6 +393,8 @@ def model_from_checkpoint(ckpt: dict, device: str | torch.device = "cpu") -> Tra
         >>> model_from_checkpoint(ckpt).cfg.d_model
         128
     """
+    validation.has_keys(ckpt, ("model", "model_config"), "ckpt", "model_from_checkpoint",
+                        "pass what load_checkpoint(path) returns (a dict with the weights and their config)")
     model = TransformerXL(TXLConfig(**ckpt["model_config"])).to(check_device(device, "device"))
     check_weights_fit(model, ckpt["model"], "the checkpoint")
     model.load_state_dict(ckpt["model"])
@@ -464,6 +482,7 @@ def official_state_dict(model: TransformerXL) -> dict[str, torch.Tensor]:
         >>> sd["word_emb.emb_layers.0.weight"].shape, "crit.out_layers.0.bias" in sd
         (torch.Size([27, 128]), True)
     """
+    model = _transformer_xl(model, "official_state_dict")
     if model.cfg.attn_type != "rel":
         raise ValueError("only attn_type='rel' has an official counterpart")
     sd = {_OFFICIAL.get(k, k): t.detach().clone() for k, t in model.state_dict().items()}
@@ -489,6 +508,8 @@ def load_official_state_dict(model: TransformerXL, sd: dict[str, torch.Tensor]) 
         >>> bool((twin.out_bias == model.out_bias).all())
         True
     """
+    model = _transformer_xl(model, "load_official_state_dict")
+    validation.has_keys(sd, (), "sd", "load_official_state_dict", "the authors' state_dict(), a dict of tensors")
     if model.cfg.attn_type != "rel":
         raise ValueError("only attn_type='rel' has an official counterpart")
     problem = non_finite(sd, "official state dict tensor")

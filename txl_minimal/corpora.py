@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from txl_minimal import provenance
+from txl_minimal import provenance, validation
 from txl_minimal.symbols import UNKNOWN_CHAR, VOCAB, decode, decode_symbols, encode, encode_symbols
 from txl_minimal.files import NO_SPACE, atomic_write, file_in_the_way, part_suffix, remove_dead_parts
 
@@ -98,10 +98,11 @@ class Corpus:
     reading: dict | None = None  # a text file's: how it was read (path, sha256, unit, split, ...), to read it again
 
     def __post_init__(self) -> None:  # its ids know their vocabulary: evaluate refuses them to another model
-        for split in SPLITS:  # a (rows, columns) array would be read as `rows` tokens: "too short"
-            if np.ndim(getattr(self, split)) != 1:
+        for split in SPLITS:  # float ids (0.7) would be trained on as 0, text fail inside torch: said here
+            ids = validation.integer_ids(getattr(self, split), f"Corpus {self.name!r}'s {split} split")
+            if np.ndim(ids) != 1:  # a (rows, columns) array would be read as `rows` tokens: "too short"
                 raise ValueError(f"Corpus {self.name!r}: its {split} split must be one stream of token ids (1-D), "
-                                 f"got shape {tuple(np.shape(getattr(self, split)))}. Fix: pass the ids as one "
+                                 f"got shape {tuple(np.shape(ids))}. Fix: pass the ids as one "
                                  "sequence (ids.ravel() for rows that continue each other); LMOrderedIterator "
                                  "cuts them into batch columns itself")
         provenance.remember(self.name, self.unit, self.vocab, self.train, self.valid, self.test)

@@ -109,8 +109,8 @@ def evaluate(model: TransformerXL, data, batch_size: int = 1, tgt_len: Optional[
         >>> memory["tokens"], round(no_memory["bpc"], 2), round(memory["bpc"], 2)
         (2000, 2.53, 2.42)
     """
-    batch_size, max_tokens, tgt_len = _check_positive("evaluate", batch_size=batch_size, max_tokens=max_tokens,
-                                                      tgt_len=tgt_len)
+    batch_size = validation.count(batch_size, "batch_size", "evaluate")  # None too: a count it needs
+    max_tokens, tgt_len = _check_positive("evaluate", max_tokens=max_tokens, tgt_len=tgt_len)
     mem_len, clamp_len = _check_counts("evaluate", 0, mem_len=mem_len, clamp_len=clamp_len)
     if compile not in (None, "default", "reduce-overhead"):
         raise ValueError(f"evaluate: compile must be None, 'default' or 'reduce-overhead', got {compile!r}")
@@ -180,8 +180,9 @@ def sliding_window_eval(model: TransformerXL, data, context: int,
         >>> round(result["bpc"], 1)
         2.4
     """
-    context, max_predictions, batch_size = _check_positive("sliding_window_eval", context=context,
-                                                           max_predictions=max_predictions, batch_size=batch_size)
+    context, batch_size = (validation.count(v, name, "sliding_window_eval") for name, v in
+                           (("context", context), ("batch_size", batch_size)))
+    max_predictions, = _check_positive("sliding_window_eval", max_predictions=max_predictions)
     model = unwrap(model)
     provenance.check_vocab(model_vocab(model), data, "sliding_window_eval")
     ids, n_pred = _scored_ids(data, max_predictions, "sliding_window_eval")

@@ -57,7 +57,11 @@ def write_problem(e: BaseException, path: str | Path) -> WriteError | None:
 
 def refuse_empty_path(path, what: str) -> None:
     """ValueError for an empty path: pathlib reads "" as the current folder, so a file would be read or
-    written there (a checkpoint, a run's files) without the user having named it."""
+    written there (a checkpoint, a run's files) without the user having named it; and for what is no
+    path at all (None, a number: pathlib's TypeError names neither)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"{what} must be a path (a str or a pathlib.Path), got {path!r}. Fix: e.g. "
+                         "'runs/mine/ckpt.pt'")
     if isinstance(path, str) and not path.strip():
         raise ValueError(f"{what} is an empty path ({path!r}), which would mean the current folder. Fix: name the "
                          "file or folder")

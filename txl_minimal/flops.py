@@ -17,6 +17,7 @@ import math
 from typing import Optional
 from collections.abc import Sequence
 
+from txl_minimal import validation
 from txl_minimal.model import TXLConfig
 
 # Recorded verbatim in the benchmark's result files: change it only with the count.
@@ -30,7 +31,16 @@ TRAIN_STEP_FORMULA = ("train step = 3 x forward (backward = 2 x forward); forwar
 def pair_flops(d_head: int, attn_type: str = "rel") -> int:
     """FLOPs of one (query, key) pair in one head: 2 d_head for q.k, 2 d_head for
     p.v, and 2 d_head more for the positional term (b)+(d) of "rel" / (b) of "shaw"."""
+    d_head = validation.count(d_head, "d_head", "pair_flops")
     return (6 if attn_type in ("rel", "shaw") else 4) * d_head
+
+
+def _check_lengths(caller: str, n_layer, n_head, tgt_len, mem_len) -> None:
+    """A ValueError naming the first of the sizes that is not a count (mem_len may be 0): a FLOP count of
+    tgt_len 0 would divide by zero, of -1 be a negative number."""
+    for name, value in (("n_layer", n_layer), ("n_head", n_head), ("tgt_len", tgt_len)):
+        validation.count(value, name, caller)
+    validation.count(mem_len, "mem_len", caller, 0)
 
 
 def attention_pairs(n_layer: int, n_head: int, tgt_len: int, mem_len: int,
@@ -46,6 +56,7 @@ def attention_pairs(n_layer: int, n_head: int, tgt_len: int, mem_len: int,
     distances x = 0 .. mem_len + i, and a head with span z only those with
     m_z(x) > 0, i.e. x < z + R: min(mem_len + i + 1, ceil(z + R)) keys.
     """
+    _check_lengths("attention_pairs", n_layer, n_head, tgt_len, mem_len)
     if count not in ("computed", "causal"):
         raise ValueError(f"count must be 'computed' or 'causal', got {count!r}")
     if spans is not None and span_ramp is None:
@@ -72,6 +83,7 @@ def attention_flops_per_token(n_layer: int, n_head: int, d_head: int, tgt_len: i
     """Attention FLOPs per predicted token: the scores and the weighted sum, no
     projections; ``attention_pairs`` (see there for ``count`` and ``spans``) times
     ``pair_flops``, over the segment's ``tgt_len`` predictions."""
+    _check_lengths("attention_flops_per_token", n_layer, n_head, tgt_len, mem_len)
     pairs = attention_pairs(n_layer, n_head, tgt_len, mem_len, spans, span_ramp, count)
     return pairs * pair_flops(d_head, attn_type) / tgt_len
 
@@ -82,6 +94,8 @@ def train_step_flops(cfg: TXLConfig, batch: int) -> float:
     attn_type "rel" as the formula says; "abs" (the vanilla model) the same without the
     relative encoding's two products, r_net (W_k,R R) and (q+v).R: 2 d_head per pair less.
     Other encodings ("shaw", "abs_far", ...) are not counted."""
+    validation.check_config_type(cfg, "train_step_flops")
+    batch = validation.count(batch, "batch", "train_step_flops")
     if cfg.attn_type not in ("rel", "abs"):
         raise ValueError(f"train_step_flops counts attn_type='rel' or 'abs' only, got {cfg.attn_type!r}")
     rel = cfg.attn_type == "rel"
@@ -103,6 +117,9 @@ def softmax_flops(n_token: int, d_model: int, cutoffs: Sequence[int] = (), div_v
     as ``nll`` computes them (fractions: one per cluster, the head's first). A cluster's cost is
     its projection (d_model x its width, where there is one) plus its rows x its width; the
     head's rows include one per tail cluster."""
+    for name, value in (("n_token", n_token), ("d_model", d_model), ("div_val", div_val)):
+        validation.count(value, name, "softmax_flops")
+    validation.counts("softmax_flops", 1, d_embed=d_embed)
     d_embed = d_embed or d_model
     ends = [0, *cutoffs, n_token]
     costs = []

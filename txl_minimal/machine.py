@@ -10,10 +10,14 @@ import time
 import numpy as np
 import torch
 
+from txl_minimal import validation
+
 
 def seed_everything(seed: int = 0, threads: int | None = None) -> None:
     """Seed python, numpy and torch; optionally pin torch's CPU thread count
     (float sums, hence printed numbers, depend on it)."""
+    seed = validation.count(seed, "seed", "seed_everything", 0, 2 ** 32 - 1, " (NumPy's seeds are 32-bit)")
+    threads, = validation.counts("seed_everything", 1, threads=threads)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

@@ -124,6 +124,8 @@ def attention_mask(qlen: int, mlen: int, same_length: bool, mem_len: int, device
         >>> attention_mask(2, 1, False, 1).int().tolist()
         [[0, 0, 1], [0, 0, 0]]
     """
+    if validation is not None:  # a length of 0, -1 or 2.5: a sentence, not torch's words
+        validation.check_mask_lengths(qlen, mlen, same_length, mem_len)
     ones = torch.ones(qlen, mlen + qlen, dtype=torch.bool, device=device)
     mask = torch.triu(ones, diagonal=1 + mlen)
     if same_length and mem_len > 0:
@@ -141,6 +143,8 @@ def update_memory(hids: list[torch.Tensor], mems: Optional[list[torch.Tensor]], 
         >>> [m.shape[1] for m in update_memory([torch.zeros(1, 3, 2)], [torch.ones(1, 4, 2)], 5)]
         [5]
     """
+    if validation is not None:  # mem_len -1 would keep all rows but the first
+        validation.check_memory_inputs(hids, mems, mem_len)
     if mem_len == 0:
         return [h.new_empty(h.size(0), 0, h.size(2)) for h in hids]
     with torch.no_grad():
@@ -160,6 +164,8 @@ def sinusoid_table(pos_seq: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tenso
         >>> sinusoid_table(torch.tensor([0.0]), torch.tensor([1.0, 0.5]))   # distance 0: sin 0, sin 0, cos 0, cos 0
         tensor([[0., 0., 1., 1.]])
     """
+    if validation is not None:
+        validation.check_table_inputs(pos_seq, inv_freq)
     angles = torch.outer(pos_seq, inv_freq)
     return torch.cat([angles.sin(), angles.cos()], dim=-1)
 
@@ -189,6 +195,8 @@ def rel_shift(x: torch.Tensor) -> torch.Tensor:
         >>> rel_shift(torch.tensor([[1, 2, 3], [4, 5, 6]])).tolist()       # qlen 2, klen 3: mlen 1
         [[2, 3, 0], [4, 5, 6]]
     """
+    if validation is not None:
+        validation.check_shift_input(x)
     *lead, qlen, klen = x.shape
     padded = F.pad(x, (1, 0)).view(*lead, klen + 1, qlen)  # a zero column first, then read as (klen+1, qlen)
     return padded[..., 1:, :].reshape(*lead, qlen, klen)
@@ -212,6 +220,8 @@ class RelMultiHeadAttn(nn.Module):
 
     def __init__(self, cfg: TXLConfig):
         super().__init__()
+        if validation is not None:
+            validation.check_config_type(cfg, type(self).__name__)
         self.cfg, self.n_head, self.d_head = cfg, cfg.n_head, cfg.d_head
         self.scale = 1.0 / math.sqrt(cfg.d_head)
         hd = cfg.n_head * cfg.d_head
@@ -344,6 +354,8 @@ class TransformerXL(nn.Module):
 
     def __init__(self, cfg: TXLConfig):
         super().__init__()
+        if validation is not None:  # a dict, a preset's name: said, not an AttributeError
+            validation.check_config_type(cfg, type(self).__name__)
         self._cfg = cfg  # frozen: set_lengths replaces it, and its layers' (``cfg``, below)
         self.crit = None  # with cutoffs: the adaptive softmax (adaptive.py), tied to the adaptive input
         words = bool(cfg.cutoffs) or cfg.d_embed not in (None, cfg.d_model)

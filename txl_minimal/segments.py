@@ -6,7 +6,6 @@ in a sentence before it runs, or when its allocation fails). ``python -m txl_min
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from typing import Optional
 
@@ -15,7 +14,6 @@ import torch
 from txl_minimal import provenance, validation
 from txl_minimal.checkpoint import model_vocab
 from txl_minimal.model import TransformerXL, TXLOutput
-from txl_minimal.validation import as_int
 
 
 def read_segments(model: TransformerXL, tokens: torch.Tensor, targets: Optional[torch.Tensor] = None,
@@ -32,8 +30,9 @@ def read_segments(model: TransformerXL, tokens: torch.Tensor, targets: Optional[
     terms with ``terms``). Ids taken from a corpus (``corpus.valid[None]``, a view of it) of another
     unit or vocabulary than the model's are a ValueError naming both (``provenance.check_vocab``).
 
-    The inputs are checked once, here (``model(...)`` would check every segment's ids again,
-    and on a GPU each check waits for the queued work); the segments run ``model.segment``.
+    The inputs are checked once, when it is called: a bad one is a ValueError there, before any segment
+    is read (``model(...)`` would check every segment's ids again, and on a GPU each check waits for the
+    queued work); the segments run ``model.segment``.
 
     Yields:
         ``(start, output)`` for each segment ``tokens[:, start:start + tgt_len]``, ``output`` its
@@ -50,26 +49,35 @@ def read_segments(model: TransformerXL, tokens: torch.Tensor, targets: Optional[
     """
     for ids in (tokens, targets):  # ids of a corpus of another vocabulary than the model's: said
         provenance.check_vocab(model_vocab(model), ids, "read_segments")
-    yield from _read(model, None, tokens, targets, tgt_len, mem_len, clamp_len, same_length, first_len,
-                     attn_last, terms)
+    return _read(model, None, tokens, targets, tgt_len, mem_len, clamp_len, same_length, first_len, attn_last, terms)
 
 
 def _read(model: TransformerXL, run, tokens, targets, tgt_len, mem_len, clamp_len, same_length,
           first_len=None, attn_last=0, terms=False, caller: str = "read_segments") -> Iterator[tuple[int, TXLOutput]]:
     """``read_segments``, each segment run by ``run`` (a compiled ``model.segment``; None: itself);
-    ``caller`` names the function in messages."""
+    ``caller`` names the function in messages. Every argument is checked here, when it is called (a
+    bad one is a ValueError at the call, not at the first segment read); the reading is the iterator."""
     device = next(model.parameters()).device
     tokens = validation.token_tensor(tokens, "read_segments' tokens", device)  # a list of rows: a tensor
     if tokens.dim() != 2:
         raise ValueError(f"read_segments reads token ids of shape (batch, seq), got {tuple(tokens.shape)}. Fix: one "
                          "stream as one row, tokens[None] (a tensor: torch.as_tensor(ids)[None])")
     first_len, = _check_counts(caller, 1, first_len=first_len)  # 0 would silently mean tgt_len
-    attn_last, = _check_counts(caller, 0, attn_last=attn_last)
+    attn_last = validation.count(attn_last, "attn_last", caller, 0)
+    validation.flag(terms, "terms", caller)
     tokens, targets = validation.check_inputs(model, tokens, None, targets)
-    own = model.cfg.tgt_len
-    with model.lengths(tgt_len, mem_len, clamp_len, same_length):
+    own, lengths = model.cfg.tgt_len, (tgt_len, mem_len, clamp_len, same_length)
+    with model.lengths(*lengths):  # a length the model refuses (0, -1, one it would ignore): said now
+        check_fits(model, tokens.size(0), max(model.cfg.tgt_len, first_len or 0), model.cfg.mem_len, tokens.size(1),
+                   caller, own)
+    return _segments(model, run, tokens, targets, lengths, first_len, attn_last, terms, caller, own)
+
+
+def _segments(model: TransformerXL, run, tokens, targets, lengths, first_len, attn_last, terms, caller,
+              own) -> Iterator[tuple[int, TXLOutput]]:
+    """The segments of ``_read``'s checked inputs, read one by one with memory at ``lengths``."""
+    with model.lengths(*lengths):
         L, M, (B, n) = model.cfg.tgt_len, model.cfg.mem_len, tokens.shape
-        check_fits(model, B, max(L, first_len or 0), M, n, caller, own)
         starts = [0] + list(range(first_len or L, n, L))
         mems = None
         for k, (s, e) in enumerate(zip(starts, starts[1:] + [n])):
@@ -84,14 +92,7 @@ def _read(model: TransformerXL, run, tokens, targets, tgt_len, mem_len, clamp_le
             yield s, out
 
 
-def _check_counts(caller: str, low: int, **values) -> list[Optional[int]]:
-    """The counts as Python ints (None stays None), in order; ValueError naming the first that is
-    given but not an integer >= ``low`` (a NumPy integer such as np.int64(16) is one)."""
-    for name, value in values.items():
-        if value is not None and (as_int(value) is None or as_int(value) < low):
-            kind = "a positive integer" if low == 1 else f"an integer >= {low}"
-            raise ValueError(f"{caller}: {name} must be {kind}, got {value!r}")
-    return [None if v is None else as_int(v) for v in values.values()]
+_check_counts = validation.counts  # (caller, low, **counts): each an integer >= low, None left as it is
 
 
 def _check_positive(caller: str, **values: Optional[int]) -> list[Optional[int]]:
@@ -111,10 +112,7 @@ def device_memory(device: torch.device) -> Optional[int]:
     """Bytes of memory ``device`` has in all (a CPU: the machine's RAM), or None where unknown."""
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):  # Windows has no sysconf
-        return None
+    return validation.machine_memory()
 
 
 def _too_large(batch: int, qlen: int, mem_len: int, caller: str, own: int, need: int, what: str,

@@ -56,7 +56,7 @@ def block_means(values, block: int) -> np.ndarray:
         >>> block_means([1.0, 2.0, 3.0, 4.0, 5.0], block=2)             # the 5 is a partial block: dropped
         array([1.5, 3.5])
     """
-    values = np.asarray(values, dtype=np.float64)
+    values = _losses(values, "values", "block_means")
     block = _count(block, "block_means", "block")
     n = values.shape[-1] // block * block
     return values[..., :n].reshape(*values.shape[:-1], -1, block).mean(axis=-1)
@@ -92,7 +92,7 @@ def paired_difference(a, b, block: int, *, bits: bool = True, drop_partial: bool
         0.2885
     """
     block = _count(block, "paired_difference", "block")
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    a, b = _losses(a, "a", "paired_difference"), _losses(b, "b", "paired_difference")
     if a.shape != b.shape or a.ndim not in (1, 2):
         raise ValueError(f"paired_difference compares the same tokens: a and b must have one shape, (n,) or "
                          f"(rows, n), got {a.shape} and {b.shape}. Fix: score the same tokens twice (the same "
@@ -133,6 +133,8 @@ def pooled(units: Sequence) -> Pooled:
         >>> round(p.mean, 3), round(p.se, 3), p.units, round(p.within_se, 4)
         (0.08, 0.02, 2, 0.0071)
     """
+    if isinstance(units, (str, bytes)) or not hasattr(units, "__iter__"):
+        raise ValueError(f"pooled takes a list of units (what paired_difference returns for each), got {units!r}")
     units = list(units)
     if len(units) < 2:
         raise ValueError(f"pooled needs at least 2 units (seeds, stretches) to measure their spread, got "
@@ -150,6 +152,19 @@ def pooled(units: Sequence) -> Pooled:
     k = len(means)
     return Pooled(float(means.mean()), float(means.std(ddof=1) / math.sqrt(k)), k,
                   float(math.sqrt(float((ses ** 2).sum())) / k))
+
+
+def _losses(values, name: str, caller: str) -> np.ndarray:
+    """``values`` as a float64 array of at least one axis, or a ValueError: text, None or rows of different
+    lengths are no losses (numpy would say "could not convert string to float")."""
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        array = np.zeros(())
+    if array.ndim == 0:
+        raise ValueError(f"{caller}: {name} must be per-token values (losses), a 1-D array or rows of them, got "
+                         f"{str(values)[:40]!r}. Fix: e.g. evaluate(model, ids, per_token=True)['nll']")
+    return array
 
 
 def _count(value, caller: str, name: str) -> int:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from txl_minimal import validation
 from txl_minimal.words import Vocab
 
 VOCAB = " abcdefghijklmnopqrstuvwxyz"  # id 0 = space, 1 = a, ..., 26 = z
@@ -43,6 +44,15 @@ _BYTE_TO_ID[np.frombuffer(VOCAB.encode(), dtype=np.uint8)] = np.arange(VOCAB_SIZ
 _ID_TO_BYTE = np.frombuffer(VOCAB.encode(), dtype=np.uint8)
 
 
+def _id_array(ids) -> np.ndarray:
+    """``ids`` (list, NumPy array, tensor on any device) as one flat int64 NumPy array; floats, text or a
+    set: the ValueError ``validation.integer_ids`` says (0.7 would be decoded as id 0)."""
+    ids = validation.integer_ids(ids, "decode: the ids")
+    if isinstance(ids, torch.Tensor):
+        ids = ids.detach().cpu().numpy()
+    return np.asarray(ids, dtype=np.int64).ravel()
+
+
 def encode(text: str | bytes) -> np.ndarray:
     """Map text over text8's 27 characters (VOCAB) to their ids; any other character is a ValueError.
 
@@ -59,6 +69,9 @@ def encode(text: str | bytes) -> np.ndarray:
         Traceback (most recent call last):
         ValueError: encode: character 'T' at position 0 is not in VOCAB ' abcdefghijklmnopqrstuvwxyz'
     """
+    if not isinstance(text, (str, bytes)):
+        raise ValueError(f"encode reads text (a str), got {validation.a_kind(text)}. Fix: encode(\"the text\"); "
+                         "ids back to text: decode(ids)")
     raw = text.encode("latin-1", "replace") if isinstance(text, str) else text
     ids = _BYTE_TO_ID[np.frombuffer(raw, dtype=np.uint8)]
     bad = np.flatnonzero(ids == 255)
@@ -86,9 +99,7 @@ def decode(ids) -> str:
         Traceback (most recent call last):
         ValueError: decode: ids must lie in [0, 27), got 27..27
     """
-    if isinstance(ids, torch.Tensor):
-        ids = ids.detach().cpu().numpy()
-    ids = np.asarray(ids, dtype=np.int64).ravel()
+    ids = _id_array(ids)
     if ids.size and (ids.min() < 0 or ids.max() >= VOCAB_SIZE):
         raise ValueError(f"decode: ids must lie in [0, {VOCAB_SIZE}), got {ids.min()}..{ids.max()}")
     return _ID_TO_BYTE[ids].tobytes().decode("ascii")
@@ -172,6 +183,9 @@ def encode_symbols(text: str, symbols: Sequence[str], unit: str = "character", s
         >>> encode_symbols("aba", "\\ufffdab").tolist()
         [1, 2, 1]
     """
+    if not isinstance(text, str):
+        raise ValueError(f"encode_symbols reads text (a str), got {validation.a_kind(text)}. Fix: the text itself; "
+                         "ids back to text: decode_symbols(ids, symbols)")
     if unit == "word":
         vocab = Vocab.from_symbols(symbols, add_eos="<eos>" in symbols)
         try:
@@ -193,9 +207,7 @@ def decode_symbols(ids, symbols: Sequence[str], unit: str = "character") -> str:
         >>> decode_symbols([1, 2, 1], "\\ufffdab")
         'aba'
     """
-    if isinstance(ids, torch.Tensor):
-        ids = ids.detach().cpu().numpy()
-    ids = np.asarray(ids, dtype=np.int64).ravel()
+    ids = _id_array(ids)
     if ids.size and (ids.min() < 0 or ids.max() >= len(symbols)):
         raise ValueError(f"decode: ids must lie in [0, {len(symbols)}) (the vocabulary's size), got "
                          f"{ids.min()}..{ids.max()}")

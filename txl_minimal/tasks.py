@@ -38,9 +38,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from txl_minimal import validation
 from txl_minimal.model import TransformerXL, TXLConfig, TXLOutput
 from txl_minimal.safetensors_io import file_format, load_file, save_file
-from txl_minimal.utils import non_finite
+from txl_minimal.utils import non_finite, refuse_empty_path
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,13 @@ class RecallTask:
     max_gap: int = 256
     p_set: float = 0.1  # chance that a free position starts a set (while a key is free)
     log_uniform: bool = True  # gaps log-uniform (short ones common: the lookup is learnt early) or uniform
+
+    def __post_init__(self) -> None:  # 0 keys or p_set -1 would make a stream of filler alone, without a word
+        for name in ("n_filler", "n_keys", "n_values", "min_gap", "max_gap"):
+            validation.count(getattr(self, name), name, "RecallTask")
+        validation.flag(self.log_uniform, "log_uniform", "RecallTask")
+        if isinstance(self.p_set, bool) or not isinstance(self.p_set, (int, float)) or not 0 < self.p_set <= 1:
+            raise ValueError(f"RecallTask: p_set must be a probability in (0, 1], got {self.p_set!r}")
 
     @property
     def vocab_size(self) -> int:
@@ -100,6 +108,10 @@ def recall_stream(n_tokens: int, task: RecallTask = RecallTask(), seed: int = 0)
     ``task.log_uniform`` is False; a query whose time has
     come waits only for the event before it to finish, so the recorded gap is exact.
     """
+    n_tokens, seed = validation.count(n_tokens, "n_tokens", "recall_stream"), validation.count(seed, "seed",
+                                                                                                "recall_stream", 0)
+    if not isinstance(task, RecallTask):
+        raise ValueError(f"recall_stream: task must be a RecallTask, got {validation.a_kind(task)}")
     if task.vocab_size > 256 or task.min_gap < 2 or task.max_gap < task.min_gap:
         raise ValueError(f"need vocab_size <= 256 and 2 <= min_gap <= max_gap, got {task}")
     rng = np.random.default_rng(seed)
@@ -150,6 +162,13 @@ def recall_accuracy(correct: np.ndarray, gap: np.ndarray, edges: Sequence[int]) 
     Gaps beyond the last edge are left out.
     """
     correct, gap = np.asarray(correct, dtype=bool), np.asarray(gap)
+    if correct.ndim != 1 or correct.shape != gap.shape:
+        raise ValueError(f"recall_accuracy: correct and gap must hold one entry per answer each, (A,), got shapes "
+                         f"{correct.shape} and {gap.shape}")
+    validation.nonempty(edges, "edges", "recall_accuracy", "the buckets' increasing upper ends, e.g. (32, 64, 128)")
+    edges = [validation.count(e, "edges[...]", "recall_accuracy") for e in edges]
+    if any(b <= a for a, b in zip(edges, edges[1:])):
+        raise ValueError(f"recall_accuracy: edges must increase, got {edges}")
     out, lo = {}, 0
     for label, hi in zip(bucket_labels(edges), edges):
         sel = (gap > lo) & (gap <= hi)
@@ -195,6 +214,7 @@ def load_recall_model(path: str | Path) -> nn.Module:
     float16 weights), as float32, in eval mode; a .pt these scripts wrote before they wrote
     safetensors loads too (weights_only). A damaged file (unreadable, not such a model, NaN
     weights) is one ValueError naming it."""
+    refuse_empty_path(path, "load_recall_model's path")
     fix = (f"Fix: git checkout -- {path} (a shipped result), or train it again with the script that wrote it "
            "(scripts/long_range.py, scripts/lstm_text.py, scripts/word_level.py).")
     if not Path(path).is_file():

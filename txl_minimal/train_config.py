@@ -16,6 +16,7 @@ from txl_minimal.machine import check_device
 from txl_minimal.model import TXLConfig
 from txl_minimal.presets import PRESETS
 from txl_minimal.text_file import check_settings
+from txl_minimal import validation
 from txl_minimal.validation import as_int
 
 CHOICES = dict(corpus=CORPORA, unit=UNITS, amp=("auto", "bf16", "fp16", "off"), attention=("auto", "fast", "explicit"),
@@ -169,8 +170,12 @@ def preset(name: str, **overrides) -> tuple[TXLConfig, TrainConfig]:
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Learning rate of update number ``step`` (1-based): linear warm-up, cosine to min_lr."""
+    if not isinstance(cfg, TrainConfig):
+        raise ValueError(f"lr_at: cfg must be a TrainConfig, got {validation.a_kind(cfg)}. Fix: lr_at(step, "
+                         "TrainConfig(...)), or a preset's: preset('cpu-tiny')[1]")
+    step = validation.count(step, "step", "lr_at", 0)  # -1 would give a negative rate, 2.5 one between steps
     if step <= cfg.warmup_steps:
-        return cfg.lr * step / cfg.warmup_steps
+        return cfg.lr * step / max(1, cfg.warmup_steps)  # (step 0 without warm-up: 0, not 0 / 0)
     progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps))
     return cfg.min_lr + (cfg.lr - cfg.min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
 

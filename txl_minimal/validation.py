@@ -1,8 +1,11 @@
-"""Clear errors for bad inputs to ``model.py``, kept out of the paper's code.
+"""Clear errors for bad inputs to ``model.py``, kept out of the paper's code, and the package's
+argument checks, one per kind: ``count`` (a length or a count), ``index``, ``flag``, ``integer_ids``
+(token ids), ``nonempty``, ``has_keys``, ``tensor_of``, ``fits`` (a size this machine can hold).
 
 ``model.py`` calls these when it runs inside the package; copied alone, it runs the
 same model without them. Each raises ``ValueError`` naming the problem and the fix
-before torch fails deep inside (or, worse, computes something from a wrong input).
+before torch fails deep inside (or, worse, computes something from a wrong input); every
+public function checks its arguments with them where it is called (tests/test_arguments.py).
 Like the model, this needs torch only: text is encoded in ``symbols.py``.
 """
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+import os
 from dataclasses import fields
 from typing import Optional
 
@@ -29,6 +33,140 @@ def as_int(value) -> Optional[int]:
         return operator.index(value)
     except TypeError:
         return None
+
+
+# -- a public function's arguments, checked where it is called: counts, indices, flags, token ids -------
+
+def a_kind(value) -> str:
+    """What ``value`` is, in words: "a list", "an Axes", "the text 'abc'", "None"."""
+    if value is None or isinstance(value, (str, bytes)):
+        return "None" if value is None else f"the text {value[:30]!r}"
+    name = type(value).__name__
+    return f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}"
+
+
+def count(value, name: str, caller: str, low: int = 1, high: Optional[int] = None, why: str = "") -> int:
+    """``value`` as a Python int if it is an integer (``as_int``: a NumPy integer is one; True, 2.0 and "3"
+    are not) in [low, high], else a ValueError: "{caller}: {name} must be a positive integer{why}, got ...".
+    ``why`` says, in brackets, what bounds it (e.g. " (the model has 4 layers)")."""
+    n = as_int(value)
+    if n is None or n < low or (high is not None and n > high):
+        kind = f"an integer in {low}..{high}" if high is not None else \
+            "a positive integer" if low == 1 else f"an integer >= {low}"
+        raise ValueError(f"{caller}: {name} must be {kind}{why}, got {value!r}")
+    return n
+
+
+def counts(caller: str, low: int, **values) -> list[Optional[int]]:
+    """``count`` of each value (None stays None: a default), in order, all at least ``low``."""
+    return [None if value is None else count(value, name, caller, low) for name, value in values.items()]
+
+
+def index(value, name: str, size: int, caller: str, of: str) -> int:
+    """``value`` as an index into ``size`` things (0 .. size - 1; -1 is not the last one here), else a
+    ValueError naming them (``of``: "the model's layers")."""
+    return count(value, name, caller, 0, size - 1, f" ({size} {of}, numbered from 0)")
+
+
+def flag(value, name: str, caller: str) -> bool:
+    """``value`` as a bool if it is True or False (a NumPy bool too), else a ValueError: "no" and 1 are not."""
+    if type(value).__name__ not in ("bool", "bool_"):
+        raise ValueError(f"{caller}: {name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def nonempty(value, name: str, caller: str, fix: str):
+    """``value`` if it is a non-empty dict, list, tuple or other sized collection, else a ValueError saying
+    that there is nothing to work on, and ``fix``."""
+    if value is None or isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) == 0:
+        got = "empty" if hasattr(value, "__len__") and not isinstance(value, (str, bytes)) else f"{value!r}"
+        raise ValueError(f"{caller}: {name} is {got}: nothing to work on. Fix: {fix}")
+    return value
+
+
+def has_keys(mapping, keys, name: str, caller: str, fix: str):
+    """``mapping`` if it is a dict (any Mapping) holding every one of ``keys``, else a ValueError naming
+    the first one missing (and those it has) and ``fix``: not a KeyError from inside."""
+    if not hasattr(mapping, "keys") or not hasattr(mapping, "__getitem__"):
+        raise ValueError(f"{caller}: {name} must be a dict, got {a_kind(mapping)}. Fix: {fix}")
+    missing = [k for k in keys if k not in mapping]
+    if missing:
+        has = ", ".join(repr(k) for k in list(mapping)[:8]) or "nothing"
+        raise ValueError(f"{caller}: {name} has no {missing[0]!r} (it has {has}). Fix: {fix}")
+    return mapping
+
+
+def tensor_of(x, name: str, caller: str, dims: tuple[int, ...], shape: str, fix: str = "") -> torch.Tensor:
+    """``x`` (a tensor, NumPy array or nested list of numbers) as a tensor with one of ``dims`` axes and
+    no empty axis, else a ValueError naming ``shape`` (e.g. "(..., qlen, klen)") and the shape given."""
+    given = x
+    if not isinstance(x, torch.Tensor):
+        try:
+            x = torch.as_tensor(x)
+        except (TypeError, ValueError, RuntimeError):  # text, None, ragged rows
+            x = None
+    if x is None or x.dim() not in dims or 0 in x.shape or x.is_complex() or x.is_meta:
+        got = a_kind(given) if x is None else f"shape {tuple(x.shape)} {x.dtype}"
+        raise ValueError(f"{caller}: {name} must be numbers of shape {shape}, none of them empty; got {got}"
+                         + (f". Fix: {fix}" if fix else ""))
+    return x
+
+
+def machine_memory() -> Optional[int]:
+    """Bytes of this machine's RAM, or None where unknown (Windows has no sysconf)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def fits(n_bytes: int, what: str, caller: str, fix: str) -> None:
+    """A ValueError when ``what`` would need more than all of this machine's memory: said before it is made
+    (torch's allocator would fail naming a byte count, or the kernel kill the process)."""
+    have = machine_memory()
+    if have is not None and n_bytes > have:
+        raise ValueError(f"{caller}: {what} would need {n_bytes / 1e9:,.1f} GB, more than this machine's "
+                         f"{have / 1e9:,.1f} GB. Fix: {fix}")
+
+
+ENCODE_FIX = "Fix: encode text with its corpus's encode (corpus.encode(text); text8's characters: encode(text))"
+
+
+def _read_as(value) -> str:
+    """How an id of ``value`` would be taken if it were truncated: " (0.7 would be read as 0)"."""
+    shown = f"{value:.6g}" if isinstance(value, float) else repr(value)  # 0.7, not float32's 0.699999988
+    try:
+        return f" ({shown} would be read as {int(getattr(value, 'real', value))})"
+    except (ValueError, OverflowError, TypeError):  # NaN, inf
+        return f" ({shown} is no id at all)"
+
+
+def integer_ids(x, what: str = "token ids", dims: Optional[int] = None):
+    """``x`` if it holds integer token ids: a tensor or a NumPy array (a memmap too) as it is (not copied),
+    a list or tuple as a tensor (``token_tensor``); else a ValueError saying what it holds and the fix: text,
+    a set or a generator (``token_tensor``'s sentences), floats (0.7 would be read as 0), bools, strings,
+    complex numbers, a meta tensor, or (``dims``) another number of axes. Empty ids pass (as int64)."""
+    if isinstance(x, (list, tuple)) and x and isinstance(x[0], (str, bytes)):  # ['a', 'b']: characters, not ids
+        raise ValueError(f"{what} must be integers, got strings ({x[0]!r}, ...): text must be encoded first. "
+                         f"{ENCODE_FIX}")
+    if isinstance(x, torch.Tensor) or not (hasattr(x, "__array__") and hasattr(x, "dtype")):
+        x = token_tensor(x, what, rows=dims != 1)  # text, a set, a generator, ragged rows: refused there
+        if x.is_meta:
+            raise ValueError(f"{what} on the meta device hold no values (only a shape). Fix: make them on the CPU")
+        if x.numel() == 0:  # [] is a float tensor to torch
+            x = x.long()
+        wrong = x.is_floating_point() or x.is_complex() or x.dtype == torch.bool
+        strings, values = False, x.flatten()
+    else:  # NumPy: its dtype read, nothing copied (a corpus split may be a large memmap)
+        wrong = x.size > 0 and x.dtype.kind not in "iu"
+        strings, values = x.dtype.kind in "USO", x.ravel()
+    if wrong:
+        got = "strings or objects: text must be encoded first" if strings else f"{x.dtype}{_read_as(values[0].item())}"
+        raise ValueError(f"{what} must be integers, got {got}. {ENCODE_FIX}")
+    if dims is not None and len(x.shape) != dims:
+        fix = "ids.flatten() (or one row, ids[0])" if dims == 1 else "one stream as one row, ids[None]"
+        raise ValueError(f"{what} must be {dims}-D, got shape {tuple(x.shape)}. Fix: {fix}")
+    return x
 
 
 def check_config(cfg) -> None:
@@ -210,6 +348,8 @@ def check_generate(prompt, n_new, temperature, top_k) -> tuple[torch.Tensor, int
         raise ValueError(f"prompt must be token ids of shape (T,) or (batch, T), got shape {tuple(ids.shape)}. "
                          "Fix: " + ("one id as a list, torch.tensor([id])" if ids.dim() == 0 else
                                     "one row per sequence, e.g. ids.view(-1, ids.size(-1))"))
+    fits(8 * ids[..., :1].numel() * (ids.size(-1) + count), f"{count:,} new ids (int64) after the prompt",
+         "generate", "a smaller n_new")
     return ids, count, t, k
 
 
@@ -271,3 +411,67 @@ def check_new_config(old, new) -> None:
     changed = {k: getattr(new, k) for k in ("clamp_len", "same_length") if getattr(new, k) != getattr(old, k)}
     check_lengths_matter(new, **changed)
 
+
+
+# -- the model's building blocks (model.py), called alone: their arguments said in a sentence --------------
+# (not while torch.compile traces a segment: the same call ran eagerly, checked, before it was compiled)
+
+def check_mask_lengths(qlen, mlen, same_length, mem_len) -> None:
+    """``attention_mask``'s arguments: qlen >= 1 queries, mlen >= 0 memory keys, mem_len >= 0, a bool."""
+    if torch.compiler.is_compiling():
+        return
+    qlen, mlen = count(qlen, "qlen", "attention_mask"), count(mlen, "mlen", "attention_mask", 0)
+    count(mem_len, "mem_len", "attention_mask", 0)
+    flag(same_length, "same_length", "attention_mask")
+    fits(2 * qlen * (mlen + qlen), f"a ({qlen:,}, {mlen + qlen:,}) mask", "attention_mask", "a smaller qlen or mlen")
+
+
+def check_memory_inputs(hids, mems, mem_len) -> None:
+    """``update_memory``'s arguments: a list of (B, T, d) tensors, one per layer, the memory None or as many
+    (B, M, d) tensors, and mem_len >= 0."""
+    if torch.compiler.is_compiling():
+        return
+    count(mem_len, "mem_len", "update_memory", 0)
+    for name, tensors in (("hids", hids), ("mems", mems)):
+        if tensors is None and name == "mems":
+            continue
+        if not isinstance(tensors, (list, tuple)) or not tensors or not all(
+                isinstance(t, torch.Tensor) and t.dim() == 3 for t in tensors):
+            raise ValueError(f"update_memory: {name} must be a list of (batch, length, d_model) tensors, one per "
+                             f"layer, got {a_kind(tensors)}" + (" (one tensor: wrap it, [h])"
+                                                                       if isinstance(tensors, torch.Tensor) else ""))
+    if mems is not None and (len(mems) != len(hids) or any(
+            (m.size(0), m.size(2)) != (h.size(0), h.size(2)) for m, h in zip(mems, hids))):
+        raise ValueError(f"update_memory: mems must match hids, one (batch, M, d_model) tensor per layer; got "
+                         f"{len(mems)} for {len(hids)}, shapes {tuple(mems[0].shape)} and {tuple(hids[0].shape)}. "
+                         "Fix: None (no memory yet), or the list it returned last")
+
+
+def check_table_inputs(pos_seq, inv_freq) -> None:
+    """``sinusoid_table``'s arguments: two 1-D tensors (positions, frequencies)."""
+    if torch.compiler.is_compiling():
+        return
+    for name, t in (("pos_seq", pos_seq), ("inv_freq", inv_freq)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 1:
+            got = f"shape {tuple(t.shape)}" if isinstance(t, torch.Tensor) else a_kind(t)
+            raise ValueError(f"sinusoid_table: {name} must be a 1-D tensor, got {got}. Fix: e.g. "
+                             "torch.arange(5.0) for the positions 0..4")
+
+
+def check_shift_input(x, caller: str = "rel_shift", dims: tuple[int, ...] = (2, 3, 4, 5, 6)) -> None:
+    """``rel_shift``'s argument (or ``caller``'s): a tensor (..., qlen, klen) of ``dims`` axes with klen >= qlen
+    >= 1 (the queries are the last keys)."""
+    if torch.compiler.is_compiling():
+        return
+    if not isinstance(x, torch.Tensor) or x.dim() not in dims or x.size(-2) < 1 or x.size(-1) < x.size(-2):
+        got = f"shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else a_kind(x)
+        shape = "(qlen, klen)" if dims == (2,) else "(..., qlen, klen)"
+        raise ValueError(f"{caller}: x must be a tensor of scores {shape} with klen = mlen + qlen >= qlen >= 1, "
+                         f"got {got}. Fix: torch.tensor(scores), one row per query")
+
+
+def check_config_type(cfg, caller: str) -> None:
+    """A ``TXLConfig`` given where a module is built from one (a dict or a preset's name would fail inside)."""
+    if type(cfg).__name__ != "TXLConfig":
+        raise ValueError(f"{caller} is built from a TXLConfig, got {a_kind(cfg)}. Fix: {caller}(TXLConfig("
+                         "...))" + (", e.g. TXLConfig(**d)" if isinstance(cfg, dict) else ""))

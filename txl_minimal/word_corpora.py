@@ -104,6 +104,9 @@ def load_wikitext(name: str = "wt103", data_dir: str | Path | None = None, downl
 
 def word_stats(corpus: Corpus) -> dict:
     """Words, types and ``<unk>`` rate of a word corpus's splits (for READMEs and notebooks)."""
+    if not isinstance(corpus, Corpus) or corpus.unit != "word":
+        raise ValueError(f"word_stats reads a word corpus (a Corpus of unit 'word'), got "
+                         f"{corpus!r}"[:200] + ". Fix: e.g. word_stats(load_corpus('text8-mini-words'))")
     vocab = Vocab.from_symbols(corpus.vocab)
     return {split: dict(words=len(ids), unk=1.0 - coverage(vocab, ids))
             for split, ids in zip(SPLITS, (corpus.train, corpus.valid, corpus.test))}

@@ -43,9 +43,15 @@ from typing import Optional
 
 import torch
 
+from txl_minimal import validation
+from txl_minimal.data import as_ids
 from txl_minimal.model import TransformerXL, TXLConfig
 from txl_minimal.train import TrainConfig
 from txl_minimal.utils import read_json
+from txl_minimal.validation import count
+
+GROUPS = ("encoding", "abs_far", "half_loss", "span")  # a Variant's group
+LOG_FIX = "Fix: a run's log.csv (results/ablation/NAME/log.csv, or OUT/log.csv of a training)"
 
 # The shipped results live beside the package, not in it (the package is installed
 # editable, so this is the repository's folder).
@@ -115,6 +121,10 @@ def variants(span_loss_coeff: Optional[float] = None) -> list[Variant]:
         ['rel_mem', 'rel_nomem', 'shaw_mem', 'shaw_nomem', 'abs_mem', 'abs_nomem', 'abs_far_mem', 'abs_nomem_half',
          'rel_mem96_fixed', 'rel_mem96_span']
     """
+    if span_loss_coeff is not None and (isinstance(span_loss_coeff, bool) or not isinstance(
+            span_loss_coeff, (int, float)) or not 0 <= span_loss_coeff < math.inf):
+        raise ValueError(f"variants: span_loss_coeff must be a number >= 0 (the L1 penalty on the spans) or None "
+                         f"(SPAN_SETTINGS' {SPAN_SETTINGS['span_loss_coeff']}), got {span_loss_coeff!r}")
     out = []
     for attn, desc in (("rel", "Transformer-XL relative encoding, terms (a)-(d)"),
                        ("shaw", "Shaw et al. (2018): (a) + (b) with a learned table, clipped"),
@@ -157,6 +167,7 @@ def contexts(cfg: TXLConfig) -> dict[str, dict]:
         >>> ablation.contexts(TXLConfig(tgt_len=32, mem_len=0))["long_desc"]
         'segment 128 (4x the training segment), no memory'
     """
+    validation.check_config_type(cfg, "contexts")
     train_ctx = dict(tgt_len=cfg.tgt_len, mem_len=cfg.mem_len)
     if cfg.mem_len > 0:
         long_ctx = dict(tgt_len=cfg.tgt_len, mem_len=LONG_FACTOR * cfg.mem_len)
@@ -184,6 +195,7 @@ def train_config(steps: int, out: str | Path, tiny: bool = False, seed: int = BA
         >>> cfg.max_steps, cfg.warmup_steps, cfg.eval_interval, cfg.seed, cfg.loss_positions
         (200, 20, 200, 1, 'half')
     """
+    steps = count(steps, "steps", "train_config")
     kw = dict(BASE_TRAIN, **overrides, max_steps=steps, out=str(out), device="cpu", seed=seed, amp="off",  # fp32
               warmup_steps=min(BASE_TRAIN["warmup_steps"], max(1, steps // 10)),
               eval_interval=min(BASE_TRAIN["eval_interval"], steps))
@@ -207,6 +219,9 @@ def model_config(variant: Variant, tiny: bool = False) -> TXLConfig:
         >>> cfg.attn_type, cfg.n_layer, cfg.tgt_len, cfg.mem_len, cfg.shaw_max_dist
         ('shaw', 3, 32, 32, 32)
     """
+    if not isinstance(variant, Variant):
+        raise ValueError(f"model_config: variant must be a Variant, got {validation.a_kind(variant)}. Fix: one of "
+                         "variants(), e.g. model_config(variants()[0])")
     overrides = dict(variant.overrides)
     if tiny and variant.group == "span":
         overrides.update(mem_len=3 * TINY_MODEL["tgt_len"], span_ramp=4)
@@ -218,8 +233,14 @@ def later_half_bpc(model: TransformerXL, ids: torch.Tensor, tgt_len: int, batch_
     """bpc of a model without memory on windows of ``tgt_len`` tokens that start every tgt_len // 2,
     each scoring its later half: every target from position tgt_len // 2 + 1 on is scored once, with
     tgt_len // 2 + 1 to tgt_len tokens of context (what a "half loss" trained: no short contexts)."""
+    tgt_len = validation.count(tgt_len, "tgt_len", "later_half_bpc", 2, why=" (the window; its later half is scored)")
+    batch_size = validation.count(batch_size, "batch_size", "later_half_bpc")  # (count is a local name below)
     half = tgt_len // 2
-    ids = torch.as_tensor(ids, dtype=torch.long)
+    ids = as_ids(validation.integer_ids(ids, "later_half_bpc: ids", dims=1))  # 0.7 would be read as 0: refused
+    ids = ids.to(next(model.parameters()).device)
+    if len(ids) < tgt_len + 1:
+        raise ValueError(f"later_half_bpc: {len(ids):,} ids hold no window of tgt_len={tgt_len} and its targets. Fix: "
+                         f"at least {tgt_len + 1} ids, or a smaller tgt_len")
     windows = ids[: len(ids) - 1].unfold(0, tgt_len, half)           # (n, tgt_len) inputs
     targets = ids[1:].unfold(0, tgt_len, half)
     model.eval()
@@ -232,6 +253,7 @@ def later_half_bpc(model: TransformerXL, ids: torch.Tensor, tgt_len: int, batch_
 
 def model_spans(model: TransformerXL) -> Optional[list[list[float]]]:
     """The learned spans z in tokens, [layer][head], or None without adaptive span."""
+    validation.check_config_type(getattr(model, "cfg", None), "model_spans: model")
     if not model.cfg.adaptive_span:
         return None
     return [[float(z) for z in layer.dec_attn.spans().detach()] for layer in model.layers]
@@ -254,11 +276,10 @@ def load_results(path: str | Path = RESULTS_DIR / "results.json") -> dict:
         >>> sorted(results), sorted(results["runs"])[:2]
         (['meta', 'runs'], ['abs_far_mem', 'abs_mem'])
     """
-    path = Path(path)
-    make = f"python scripts/ablation.py --out {path.parent}" + (  # (the script writes there only when asked)
-        " --replace-shipped" if path.parent.resolve() == RESULTS_DIR.resolve() else "")
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing. Fix: {make}")
+    where = Path(str(path)).parent
+    make = f"python scripts/ablation.py --out {where}" + (  # (the script writes there only when asked)
+        " --replace-shipped" if where.resolve() == RESULTS_DIR.resolve() else "")
+    path = _file(path, "load_results", f"Fix: {make}")
     fix = f"Fix: git checkout -- {path} (the shipped results), or {make}"
     results = read_json(path, fix)  # a damaged file: one error naming it, not the decoder's traceback
     if not isinstance(results.get("runs"), dict) or not isinstance(results.get("meta"), dict):
@@ -267,13 +288,41 @@ def load_results(path: str | Path = RESULTS_DIR / "results.json") -> dict:
     return results
 
 
+def _file(path, caller: str, fix: str) -> Path:
+    """``path`` as a Path to an existing file, or an error saying what it is instead (missing, a folder) and ``fix``."""
+    validation_path = Path(path) if isinstance(path, (str, Path)) else None
+    if validation_path is None:
+        raise ValueError(f"{caller}: path must be a path (a str or a pathlib.Path), got {path!r}. {fix}")
+    if validation_path.is_dir():
+        raise ValueError(f"{caller}: {path} is a folder, not a file. {fix}")
+    if not validation_path.is_file():
+        raise FileNotFoundError(f"{path} is missing. {fix}")
+    return validation_path
+
+
 def read_log(path: str | Path) -> list[dict]:
-    """A run's log.csv as a list of rows with numbers (valid_bpc None when not evaluated)."""
+    """A run's log.csv as a list of rows with numbers (valid_bpc None when not evaluated).
+
+    A file that is not such a log (no "step" column, a value that is no number) is a ValueError naming
+    the file and the row, not the csv reader's or float()'s words."""
+    path = _file(path, "read_log", LOG_FIX)
     rows = []
-    with Path(path).open() as f:
-        for r in csv.DictReader(f):
-            rows.append({k: (None if v == "" else (int(v) if k in ("step", "tokens") else float(v)))
-                         for k, v in r.items()})
+    try:
+        with path.open(encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames is None or "step" not in reader.fieldnames:
+                head = ", ".join(reader.fieldnames or [])[:60] or "nothing"
+                raise ValueError(f"{path} is not a training log: its first line names no 'step' column ({head}). "
+                                 f"{LOG_FIX}")
+            for line, r in enumerate(reader, start=2):
+                try:
+                    rows.append({k: (None if v in ("", None) else (int(v) if k in ("step", "tokens") else float(v)))
+                                 for k, v in r.items()})
+                except (TypeError, ValueError):
+                    raise ValueError(f"{path}, line {line}: not numbers ({', '.join(map(str, r.values()))[:60]}): not "
+                                     f"a training log, or a damaged one. {LOG_FIX}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a training log (not UTF-8 text). {LOG_FIX}") from None
     return rows
 
 
@@ -294,6 +343,13 @@ def results_table(results: dict, group: Optional[str] = None) -> str:
         rel + memory 96, fixed span ...
         rel + memory 96, adaptive span ...
     """
+    validation.has_keys(results, ("runs",), "results", "results_table", "what load_results() returns")
+    if group is not None and group not in GROUPS:
+        raise ValueError(f"results_table: group must be one of {GROUPS} (a Variant's group) or None (every run), got "
+                         f"{group!r}")
+    for name, r in results["runs"].items():
+        validation.has_keys(r, ("label", "group", "test_bpc", "attn_flops_per_token"), f"results['runs'][{name!r}]",
+                            "results_table", "results.json as scripts/ablation.py writes it (load_results())")
     head = (f"{'variant':32s} {'test bpc':>9s} {'test bpc':>9s} {'change':>7s} {'attn kFLOPs/token':>18s}\n"
             f"{'':32s} {'train ctx':>9s} {'long ctx':>9s} {'':>7s} {'(train ctx)':>18s}")
     lines = [head]

@@ -34,9 +34,35 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from .. import validation
 from ..data import as_ids
 from ..evaluate import evaluate as evaluate_segments, read_segments
 from ..model import TransformerXL, sinusoid_table
+from ..validation import count, index
+
+
+def _layer(model: TransformerXL, layer, caller: str) -> int:
+    """``layer`` as an index of ``model``'s layers (0 .. n_layer - 1), or a ValueError naming the range."""
+    return index(layer, "layer", model.cfg.n_layer, caller, "layers in the model")
+
+
+def _matrix(m, caller: str, name: str = "m") -> torch.Tensor:
+    """``m`` as a 2-D float tensor with rows and columns (a list or array too), or a ValueError saying its shape."""
+    m = validation.tensor_of(m, name, caller, (2,), "(rows, columns)")
+    return m if m.is_floating_point() else m.double()  # (integers hold no NaN or inf to mask with)
+
+
+def _broadcasts(shape: torch.Size, onto: torch.Size) -> bool:
+    """Whether a tensor of ``shape`` broadcasts onto one of shape ``onto`` (a (klen,) mask onto (qlen, klen))."""
+    try:
+        return torch.broadcast_shapes(shape, onto) == onto
+    except RuntimeError:
+        return False
+
+
+def _square_side(n: int, caller: str) -> None:
+    """A ValueError when an (n, n) int64 matrix would not fit in this machine's memory (said, not torch's)."""
+    validation.fits(8 * n * n, f"an ({n:,}, {n:,}) matrix", caller, "a smaller n (a figure shows a few hundred)")
 
 # ----------------------------------------------------------------------------
 # 3.3 The score, term by term
@@ -52,9 +78,27 @@ def abs_score_terms(e_q: torch.Tensor, u_q: torch.Tensor, e_k: torch.Tensor, u_k
     (T_q, T_k) matrices: "a" E^T Wq^T Wk E, "b" E^T Wq^T Wk U, "c" U^T Wq^T Wk E,
     "d" U^T Wq^T Wk U. Their sum is the full score.
     """
+    _check_score_inputs("abs_score_terms", e_q=e_q, u_q=u_q, e_k=e_k, u_k=u_k, w_q=w_q, w_k=w_k)
     qe, qu = e_q @ w_q.T, u_q @ w_q.T
     ke, ku = e_k @ w_k.T, u_k @ w_k.T
     return {"a": qe @ ke.T, "b": qe @ ku.T, "c": qu @ ke.T, "d": qu @ ku.T}
+
+
+def _check_score_inputs(caller: str, **tensors) -> None:
+    """The score terms' inputs: 2-D tensors, embeddings (T, d) and weights (d_head, d) of one width d, the
+    weights of one d_head; else a ValueError naming the first that is not (not a matmul's shapes)."""
+    for name, t in tensors.items():
+        validation.tensor_of(t, name, caller, (2,), "(T, d) for embeddings, (d_head, d) for weights",
+                             "analysis.head_weights gives the weights, layer inputs or embeddings the rest")
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{caller}: {name} must be a tensor, got {validation.a_kind(t)}. Fix: "
+                             "torch.as_tensor(...)")
+    d = {name: t.size(-1) for name, t in tensors.items()}
+    heads = {name: t.size(0) for name, t in tensors.items() if name.startswith("w_")}
+    if len(set(d.values())) > 1 or len(set(heads.values())) > 1:
+        shapes = ", ".join(f"{name} {tuple(t.shape)}" for name, t in tensors.items())
+        raise ValueError(f"{caller}: the inputs must share their last width d (and the weights their d_head); got "
+                         f"{shapes}. Fix: the embeddings and weights of one model and head")
 
 
 def head_weights(model: TransformerXL, layer: int, head: int) -> dict[str, torch.Tensor]:
@@ -65,6 +109,8 @@ def head_weights(model: TransformerXL, layer: int, head: int) -> dict[str, torch
     biases "u", "v" (d_head,) (shared across layers unless ``untie_r``).
     """
     cfg = model.cfg
+    layer = _layer(model, layer, "head_weights")
+    head = index(head, "head", cfg.n_head, "head_weights", "heads in a layer")  # -1 would give empty rows
     att = model.layers[layer].dec_attn
     D, hd = cfg.d_head, cfg.n_head * cfg.d_head
     rows = slice(head * D, (head + 1) * D)
@@ -92,8 +138,13 @@ def staged_score_terms(stage: int, e_q: torch.Tensor, e_k: torch.Tensor, pos_q: 
     pos_k (T_k,): absolute positions (U_i = sinusoid of pos_q; i - j = pos_q - pos_k);
     w_q, w_k: (d_head, d). Returns (T_q, T_k) matrices "a", "b", "c", "d".
     """
-    if stage not in (0, 1, 2, 3):
-        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
+    stage = count(stage, "stage", "staged_score_terms", 0, 3, " (the changes of Sec. 3.3 made so far)")
+    clamp_len = count(clamp_len, "clamp_len", "staged_score_terms", 0)
+    _check_score_inputs("staged_score_terms", e_q=e_q, e_k=e_k, w_q=w_q, w_k=w_k)
+    for name, p in (("pos_q", pos_q), ("pos_k", pos_k)):
+        if not isinstance(p, torch.Tensor) or p.dim() != 1 or len(p) != (e_q if name == "pos_q" else e_k).size(0):
+            raise ValueError(f"staged_score_terms: {name} must be a 1-D tensor of one position per "
+                             f"{'query' if name == 'pos_q' else 'key'}, got {getattr(p, 'shape', type(p).__name__)}")
 
     def table(p: torch.Tensor) -> torch.Tensor:
         return sinusoid_table(p.to(inv_freq.dtype), inv_freq).to(e_q.dtype)
@@ -127,6 +178,7 @@ def shift_sensitivity(stage: int, shift: int, e_q: torch.Tensor, e_k: torch.Tens
     """max |change| of each term of ``staged_score_terms`` when the same text is
     moved ``shift`` positions later (e.g. into the next segment). 0 = that term
     does not care about absolute positions."""
+    shift = count(shift, "shift", "shift_sensitivity", 0)
     before = staged_score_terms(stage, e_q, e_k, pos_q, pos_k, **weights)
     after = staged_score_terms(stage, e_q, e_k, pos_q + shift, pos_k + shift, **weights)
     return {n: float((after[n] - before[n]).abs().max()) for n in before}
@@ -143,7 +195,11 @@ def rel_score_terms(e_q: torch.Tensor, e_k: torch.Tensor, w_q: torch.Tensor, w_k
     rows, so query i sits at key index T_k - T_q + i). Entries with j > i (the
     future) are NaN, as in ``TXLOutput.terms``. Unscaled (no 1/sqrt(d_head)).
     """
+    _check_score_inputs("rel_score_terms", e_q=e_q, e_k=e_k, w_q=w_q, w_kE=w_kE, w_kR=w_kR)
     tq, tk = e_q.size(0), e_k.size(0)
+    if tk < tq:
+        raise ValueError(f"rel_score_terms: e_k ({tk} keys) must hold at least the {tq} queries (they are its last "
+                         "rows: [memory o segment])")
     pos_q, pos_k = torch.arange(tq) + (tk - tq), torch.arange(tk)
     terms = staged_score_terms(3, e_q, e_k, pos_q, pos_k, w_q, w_kE, inv_freq, w_kR=w_kR,
                                u=u, v=v, clamp_len=clamp_len)
@@ -156,7 +212,7 @@ def diagonal_spread(m: torch.Tensor) -> float:
 
     0 means the matrix depends only on i - j (it is Toeplitz where defined).
     """
-    m = m.detach()
+    m = _matrix(m, "diagonal_spread").detach()
     worst = 0.0
     for off in range(-(m.size(0) - 1), m.size(1)):
         diag = m.diagonal(off)
@@ -171,7 +227,7 @@ def column_spread(m: torch.Tensor) -> float:
 
     0 means every query i gives key j the same value.
     """
-    m = m.detach()
+    m = _matrix(m, "column_spread").detach()
     lo = m.nan_to_num(nan=float("inf")).min(0).values
     hi = m.nan_to_num(nan=float("-inf")).max(0).values
     ok = torch.isfinite(lo) & torch.isfinite(hi)
@@ -181,7 +237,11 @@ def column_spread(m: torch.Tensor) -> float:
 def row_spread(m: torch.Tensor, where: Optional[torch.Tensor] = None) -> float:
     """max over rows (fixed query i) of (max - min) of the non-NaN entries selected by
     the boolean ``where`` (default: all). 0 means the row is constant there."""
-    m = m.detach()
+    m = _matrix(m, "row_spread").detach()
+    if where is not None and (not isinstance(where, torch.Tensor) or where.dtype != torch.bool
+                              or not _broadcasts(where.shape, m.shape)):
+        raise ValueError(f"row_spread: where must be a bool tensor of m's shape {tuple(m.shape)}, got "
+                         f"{getattr(where, 'shape', type(where).__name__)} {getattr(where, 'dtype', '')}")
     keep = ~torch.isnan(m) if where is None else (~torch.isnan(m) & where)
     lo = m.masked_fill(~keep, float("inf")).min(-1).values
     hi = m.masked_fill(~keep, float("-inf")).max(-1).values
@@ -191,6 +251,11 @@ def row_spread(m: torch.Tensor, where: Optional[torch.Tensor] = None) -> float:
 
 def distance_matrix(qlen: int, klen: int) -> torch.Tensor:
     """(qlen, klen) long: i - j for query i (sitting at key index klen - qlen + i) and key j."""
+    qlen, klen = (count(v, name, "distance_matrix") for name, v in (("qlen", qlen), ("klen", klen)))
+    if klen < qlen:
+        raise ValueError(f"distance_matrix: klen={klen} must be at least qlen={qlen} (the queries are the last "
+                         "klen keys: [memory o segment])")
+    validation.fits(8 * qlen * klen, f"a ({qlen:,}, {klen:,}) matrix", "distance_matrix", "smaller lengths")
     return torch.arange(qlen)[:, None] + (klen - qlen) - torch.arange(klen)[None, :]
 
 
@@ -203,6 +268,9 @@ def position_bias(model: TransformerXL, layer: int, max_dist: int) -> torch.Tens
     cfg = model.cfg
     if cfg.attn_type != "rel":
         raise ValueError("position_bias needs attn_type='rel'")
+    layer, max_dist = _layer(model, layer, "position_bias"), count(max_dist, "max_dist", "position_bias", 0)
+    validation.fits(4 * (max_dist + 1) * cfg.d_model, f"R for {max_dist + 1:,} distances", "position_bias",
+                    "a smaller max_dist")
     v = model.uv(layer)[1]
     R = model.relative_encoding(max_dist + 1).flip(0)  # R_0, ..., R_max_dist
     r = model.layers[layer].dec_attn.r_net(R.to(v.dtype)).view(-1, cfg.n_head, cfg.d_head)
@@ -211,6 +279,8 @@ def position_bias(model: TransformerXL, layer: int, max_dist: int) -> torch.Tens
 
 def scores_to_probs(terms: dict[str, torch.Tensor], d_head: int) -> torch.Tensor:
     """softmax_j((a+b+c+d) / sqrt(d_head)) with NaN (masked) entries excluded."""
+    validation.nonempty(terms, "terms", "scores_to_probs", "a dict of score terms, e.g. {'a': a, 'b': b}")
+    d_head = count(d_head, "d_head", "scores_to_probs")
     score = sum(terms.values()) / math.sqrt(d_head)
     return torch.softmax(score.nan_to_num(nan=float("-inf")), dim=-1)
 
@@ -224,7 +294,13 @@ def attention_on_repeat(model: TransformerXL, segment: torch.Tensor, layer: int 
     absolute-position model gives them identical layer-0 keys. The model's
     ``mem_len`` is set to L for the call and restored afterwards.
     """
+    segment = validation.integer_ids(segment, "attention_on_repeat: segment", dims=2)
+    layer = _layer(model, layer, "attention_on_repeat")
+    if not isinstance(segment, torch.Tensor):
+        segment = torch.from_numpy(segment.astype("int64"))
     L = segment.size(1)
+    if L == 0:
+        raise ValueError("attention_on_repeat: segment is empty (shape (1, 0)). Fix: a segment of token ids, (1, L)")
     twice = torch.cat([segment, segment], dim=1)
     *_, (_, second) = read_segments(model, twice, tgt_len=L, mem_len=L, attn_last=1)
     return second.attn[layer][0]
@@ -242,6 +318,7 @@ def naive_rel_shift(x: torch.Tensor) -> torch.Tensor:
     against R_{mlen+i-j}, the distance to key j. Entries with j > mlen + i
     (the future) are NaN.
     """
+    validation.check_shift_input(x, "naive_rel_shift")
     *lead, qlen, klen = x.shape
     mlen = klen - qlen
     out = torch.full_like(x, float("nan"))
@@ -258,6 +335,7 @@ def rel_shift_stages(x: torch.Tensor) -> dict[str, torch.Tensor]:
     the same memory read with the other shape; "shifted" (qlen, klen): rows
     1.. of "viewed" read back as (qlen, klen) -- equal to ``rel_shift(x)``.
     """
+    validation.check_shift_input(x, "rel_shift_stages", dims=(2,))
     qlen, klen = x.shape
     padded = F.pad(x, (1, 0))
     viewed = padded.reshape(klen + 1, qlen)
@@ -278,6 +356,10 @@ def segment_band_mask(n: int, seg_len: int, mem_len: int, same_length: bool = Fa
     Query t sees the last ``mem_len`` positions before its segment and its own
     segment up to t (with ``same_length``: only the last ``mem_len`` of those).
     """
+    n, seg_len = (count(v, name, "segment_band_mask") for name, v in (("n", n), ("seg_len", seg_len)))
+    mem_len = count(mem_len, "mem_len", "segment_band_mask", 0)
+    same_length = validation.flag(same_length, "same_length", "segment_band_mask")
+    _square_side(n, "segment_band_mask")
     t = torch.arange(n, device=device)[:, None]
     j = torch.arange(n, device=device)[None, :]
     start = (t // seg_len) * seg_len
@@ -295,15 +377,23 @@ def dependency_reach(n: int, seg_len: int, mem_len: int, n_layer: int) -> torch.
     residual are position-wise), so the reach of N layers is V^N with V the
     visibility of one layer.
     """
+    n, seg_len = (count(v, name, "dependency_reach") for name, v in (("n", n), ("seg_len", seg_len)))
+    mem_len, n_layer = (count(v, name, "dependency_reach", 0) for name, v in (("mem_len", mem_len),
+                                                                                ("n_layer", n_layer)))
+    _square_side(n, "dependency_reach")
     visible = (~segment_band_mask(n, seg_len, mem_len)).to(torch.int64)
     reach = torch.eye(n, dtype=torch.int64)
     for _ in range(n_layer):
-        reach = ((visible @ reach) > 0).to(torch.int64)
+        wider = ((visible @ reach) > 0).to(torch.int64)
+        if torch.equal(wider, reach):  # nothing more to reach: more layers change nothing (a huge n_layer ends)
+            break
+        reach = wider
     return reach.bool()
 
 
 def token_embeddings(model: TransformerXL, tokens: torch.Tensor) -> torch.Tensor:
     """E_x scaled as the model does (B, N, d_model); pass it to ``band_forward``."""
+    tokens, _ = validation.check_inputs(model, tokens, None, None)  # (B, N) integer ids of its vocabulary
     return model.word_emb(tokens.long()) * model.emb_scale
 
 
@@ -321,7 +411,13 @@ def band_forward(model: TransformerXL, embeddings: torch.Tensor, seg_len: int,
     if cfg.attn_type == "abs_far":
         raise ValueError("band_forward has no one-pass form for attn_type='abs_far': layer 0's memory gets "
                          "positions that depend on the segment reading it. Use segmentwise_forward.")
-    mem_len = cfg.mem_len if mem_len is None else mem_len
+    seg_len = count(seg_len, "seg_len", "band_forward")
+    mem_len = cfg.mem_len if mem_len is None else count(mem_len, "mem_len", "band_forward", 0)
+    embeddings = validation.tensor_of(embeddings, "embeddings", "band_forward", (3,), "(batch, N, d_model)",
+                                      "token_embeddings(model, tokens)")
+    if embeddings.size(-1) != cfg.d_model or not embeddings.is_floating_point():
+        raise ValueError(f"band_forward: embeddings must be (batch, N, d_model={cfg.d_model}) floats, got "
+                         f"{tuple(embeddings.shape)} {embeddings.dtype}. Fix: token_embeddings(model, tokens)")
     n, x = embeddings.size(1), embeddings
     if cfg.attn_type == "abs":  # every segment restarts at U_0
         x = x + model.pos_emb(torch.arange(n, device=x.device) % seg_len).to(x.dtype)
@@ -348,6 +444,7 @@ def input_influence(model: TransformerXL, tokens: torch.Tensor, position: int, s
     links s to ``position`` (masked probabilities are exactly 0).
     """
     emb = token_embeddings(model, tokens).detach().requires_grad_(True)
+    position = index(position, "position", emb.size(1), "input_influence", "tokens in each row")
     logits = band_forward(model, emb, seg_len, mem_len)
     g = torch.Generator().manual_seed(seed)
     w = torch.randn(logits.size(-1), generator=g).to(logits)
@@ -358,6 +455,8 @@ def input_influence(model: TransformerXL, tokens: torch.Tensor, position: int, s
 def influence_span(influence: torch.Tensor, position: int) -> int:
     """How far back the dependency reaches: ``position - earliest s`` with a
     non-zero influence (0 when only the position itself matters)."""
+    influence = validation.tensor_of(influence, "influence", "influence_span", (1,), "(N,)", "input_influence(...)")
+    position = index(position, "position", len(influence), "influence_span", "positions in influence")
     nz = torch.nonzero(influence[: position + 1] != 0).flatten()
     return int(position - nz.min()) if nz.numel() else 0
 
@@ -392,6 +491,7 @@ def previous_segment_grads(model: TransformerXL, seg1: torch.Tensor, seg2: torch
     is None). ``False`` builds the memory from the same hidden states without
     detaching them -- what training would do without SG(.).
     """
+    validation.flag(stop_gradient, "stop_gradient", "previous_segment_grads")
     with capture_layer_inputs(model) as hidden1:
         out1 = model(seg1)
     mem_len = model.cfg.mem_len
@@ -412,8 +512,12 @@ def bpc_vs_memory(model: TransformerXL, data, mem_lens: Sequence[int],
     Calls ``evaluate(model, data, mem_len=m, **eval_kwargs)`` (default:
     ``txl_minimal.evaluate.evaluate``, which restores the model's lengths).
     """
+    if isinstance(mem_lens, (str, bytes)) or not hasattr(mem_lens, "__iter__"):
+        raise ValueError(f"bpc_vs_memory: mem_lens must be memory lengths, e.g. [0, 64, 256], got {mem_lens!r}")
     evaluate = evaluate or evaluate_segments
-    return [float(evaluate(model, data, mem_len=m, **eval_kwargs)["bpc"]) for m in mem_lens]
+    # each length checked as it comes: mem_lens may be a progress bar (tqdm), read once, as the evaluations run
+    return [float(evaluate(model, data, mem_len=count(m, "mem_lens[...]", "bpc_vs_memory", 0), **eval_kwargs)["bpc"])
+            for m in mem_lens]
 
 
 # ----------------------------------------------------------------------------
@@ -433,8 +537,8 @@ def segment_position_nll(model: TransformerXL, data, tgt_len: Optional[int] = No
     whose first positions have no context). Only full segments are scored.
     Lengths left as None keep the model's; they are restored afterwards.
     """
-    ids = as_ids(data)
-    L = model.cfg.tgt_len if tgt_len is None else tgt_len
+    ids = as_ids(validation.integer_ids(data, "segment_position_nll: data", dims=1))  # (2 rows: not "2 tokens")
+    L = model.cfg.tgt_len if tgt_len is None else count(tgt_len, "tgt_len", "segment_position_nll")
     n_seg = (len(ids) - 1) // L
     if n_seg < 1:
         raise ValueError(f"segment_position_nll needs more than tgt_len={L} tokens, got {len(ids)}")
@@ -452,8 +556,11 @@ def throughput(runs: dict, repeats: int = 3, progress: bool = False) -> dict:
     every run rather than one of them, and ratios between runs stay meaningful.
     ``progress``: a bar on stderr, one tick per timed run (outside the timed region).
     """
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    repeats = count(repeats, "repeats", "throughput")
+    validation.nonempty(runs, "runs", "throughput", "{name: (function, predictions it makes)}")
+    for name, run in runs.items():
+        if not (isinstance(run, tuple) and len(run) == 2 and callable(run[0])):
+            raise ValueError(f"throughput: runs[{name!r}] must be (a function, the predictions it makes), got {run!r}")
     best = {name: math.inf for name in runs}
     quiet = {} if progress else {"disable": True}  # with progress, TQDM_DISABLE=1 still silences it (tests)
     with tqdm(total=repeats * len(runs), desc="timing", leave=False, **quiet) as bar:
@@ -470,5 +577,10 @@ def source_lines(obj, patterns: Sequence[str]) -> list[tuple[int, str]]:
     """(line number in its file, line) of every source line of ``obj`` (a function,
     method or class) that contains one of ``patterns``: to print the code that
     implements an equation next to it."""
-    lines, start = inspect.getsourcelines(obj)
+    if isinstance(patterns, str) or not all(isinstance(p, str) for p in patterns or [None]):
+        raise ValueError(f"source_lines: patterns must be a list of strings, e.g. ['rel_shift('], got {patterns!r}")
+    try:
+        lines, start = inspect.getsourcelines(obj)
+    except (TypeError, OSError) as e:  # not a function or class, or one without a source file
+        raise ValueError(f"source_lines reads the source of a function, method or class, got {obj!r} ({e})") from None
     return [(start + k, line.rstrip()) for k, line in enumerate(lines) if any(p in line for p in patterns)]

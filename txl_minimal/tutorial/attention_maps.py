@@ -37,10 +37,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .. import provenance
+from .. import provenance, validation
 from ..data import VOCAB, as_ids
 from ..evaluate import read_segments
 from ..model import TransformerXL, attention_mask
+from ..validation import as_int, count, index
 from .analysis import distance_matrix, scores_to_probs
 
 SPACE = "\u2423"  # "open box", how the tick labels show a space
@@ -131,6 +132,9 @@ def read_with_memory(model: TransformerXL, ids, tgt_len: int, mem_len: int,
         Traceback (most recent call last):
         ValueError: 100 tokens make 1 segments of 64; n_keep=2 must be between 1 and that
     """
+    caller = "read_with_memory"
+    tgt_len, n_keep = (count(v, name, caller) for name, v in (("tgt_len", tgt_len), ("n_keep", n_keep)))
+    mem_len = count(mem_len, "mem_len", caller, 0)
     ids = as_ids(ids)
     if ids.dim() != 1:
         raise ValueError(f"ids must be 1-D (one text), got shape {tuple(ids.shape)}")
@@ -157,10 +161,25 @@ def read_with_memory(model: TransformerXL, ids, tgt_len: int, mem_len: int,
 
 # ----------------------------------------------------------------------------- statistics
 
-def _visible(qlen: int, klen: int, mask: Optional[torch.Tensor], device=None) -> torch.Tensor:
+def _attention(attn, caller: str, name: str = "attn") -> torch.Tensor:
+    """``attn`` as a tensor of probabilities (..., qlen, klen), klen >= qlen >= 1 (the queries are the last
+    keys), or a ValueError saying what it is (not torch's or Python's words from inside)."""
+    attn = validation.tensor_of(attn, name, caller, tuple(range(2, 9)), "(..., qlen, klen)",
+                                "a SegmentAttention's attn, e.g. read_with_memory(...)[-1].attn")
+    if attn.size(-1) < attn.size(-2) or not attn.is_floating_point():
+        raise ValueError(f"{caller}: {name} must be probabilities (..., qlen, klen) over [memory o segment], klen >= "
+                         f"qlen; got {tuple(attn.shape)} {attn.dtype}")
+    return attn
+
+
+def _visible(qlen: int, klen: int, mask: Optional[torch.Tensor], device=None, caller: str = "") -> torch.Tensor:
     """(qlen, klen) bool: pairs a query can see (not masked, not in the future)."""
     vis = distance_matrix(qlen, klen).to(device) >= 0
     if mask is not None:
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape[-2:] != (qlen, klen):
+            raise ValueError(f"{caller}: mask must be a bool tensor (qlen, klen) = ({qlen}, {klen}), True = hidden; "
+                             f"got {getattr(mask, 'shape', type(mask).__name__)} {getattr(mask, 'dtype', '')}. "
+                             "Fix: the SegmentAttention's mask")
         vis = vis & ~mask.to(device)
     return vis
 
@@ -182,8 +201,11 @@ def attention_by_distance(attn: torch.Tensor, mask: Optional[torch.Tensor] = Non
         >>> attention_by_distance(torch.eye(3)[None])                  # every query on itself: distance 0
         tensor([[1., 0., 0.]])
     """
+    attn = _attention(attn, "attention_by_distance")
     qlen, klen = attn.shape[-2:]
-    vis = _visible(qlen, klen, mask, attn.device)
+    vis = _visible(qlen, klen, mask, attn.device, "attention_by_distance")
+    if not vis.any():
+        raise ValueError("attention_by_distance: the mask hides every key from every query: no distance to average")
     dist = distance_matrix(qlen, klen).to(attn.device).clamp(min=0)
     D = int(dist[vis].max()) + 1
     index = dist.flatten().expand(*attn.shape[:-2], qlen * klen)
@@ -197,6 +219,7 @@ def attention_by_distance(attn: torch.Tensor, mask: Optional[torch.Tensor] = Non
 
 def query_distance(attn: torch.Tensor) -> torch.Tensor:
     """(..., qlen) how far back each query looks: sum_j p_ij (i - j)."""
+    attn = _attention(attn, "query_distance")
     qlen, klen = attn.shape[-2:]
     dist = distance_matrix(qlen, klen).to(attn.device).clamp(min=0).to(attn.dtype)
     return (attn * dist).sum(-1)
@@ -218,7 +241,7 @@ def mean_attention_distance(attn: torch.Tensor) -> torch.Tensor:
         >>> mean_attention_distance(first_key)
         tensor([1.])
     """
-    return query_distance(attn).mean(-1)
+    return query_distance(_attention(attn, "mean_attention_distance")).mean(-1)
 
 
 def mean_by_token(values: torch.Tensor, ids: torch.Tensor, n_tokens: int,
@@ -229,6 +252,10 @@ def mean_by_token(values: torch.Tensor, ids: torch.Tensor, n_tokens: int,
     and ``SegmentAttention.query_ids``). Means of tokens seen fewer than ``min_count``
     times are NaN. Shows whether a head's reach depends on the character it reads.
     """
+    n_tokens = validation.count(n_tokens, "n_tokens", "mean_by_token")  # (count is this function's result)
+    min_count = validation.count(min_count, "min_count", "mean_by_token", 0)
+    values = validation.tensor_of(values, "values", "mean_by_token", tuple(range(1, 9)), "(..., qlen)")
+    ids = _ids_below(ids, n_tokens, "mean_by_token", "ids")
     if values.shape != ids.shape:
         raise ValueError(f"values {tuple(values.shape)} and ids {tuple(ids.shape)} must have one shape")
     ids = ids.flatten().long()
@@ -239,9 +266,20 @@ def mean_by_token(values: torch.Tensor, ids: torch.Tensor, n_tokens: int,
     return mean, count
 
 
+def _ids_below(ids, n_tokens: int, caller: str, name: str) -> torch.Tensor:
+    """``ids`` as an integer tensor of ids in [0, n_tokens) (``validation.integer_ids``), or a ValueError."""
+    ids = validation.integer_ids(ids, f"{caller}: {name}")
+    ids = ids if isinstance(ids, torch.Tensor) else torch.from_numpy(np.asarray(ids, dtype=np.int64))
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= n_tokens):
+        raise ValueError(f"{caller}: {name} must lie in [0, {n_tokens}) (n_tokens), got {int(ids.min())}.."
+                         f"{int(ids.max())}. Fix: n_tokens = the vocabulary's size (model.cfg.vocab_size)")
+    return ids
+
+
 def attention_mass_beyond(attn: torch.Tensor, min_dist: int) -> torch.Tensor:
     """(...,) share of each query's attention on keys at distance >= ``min_dist``,
     averaged over queries. With ``min_dist = tgt_len`` every such key is in the memory."""
+    attn, min_dist = _attention(attn, "attention_mass_beyond"), count(min_dist, "min_dist", "attention_mass_beyond", 0)
     qlen, klen = attn.shape[-2:]
     far = distance_matrix(qlen, klen).to(attn.device) >= min_dist
     return (attn * far).sum(-1).mean(-1)
@@ -261,6 +299,7 @@ def memory_share(attn: torch.Tensor) -> torch.Tensor:
         >>> memory_share(torch.full((1, 2, 4), 0.25))                   # 2 queries, even over 2 memory + 2 keys
         tensor([0.5000])
     """
+    attn = _attention(attn, "memory_share")
     qlen, klen = attn.shape[-2:]
     return attn[..., : klen - qlen].sum(-1).mean(-1)
 
@@ -281,8 +320,9 @@ def normalized_entropy(attn: torch.Tensor, mask: Optional[torch.Tensor] = None) 
         >>> normalized_entropy(torch.tensor([[[1.0, 0.0], [0.5, 0.5]]]))  # query 1: even over its 2 keys
         tensor([1.])
     """
+    attn = _attention(attn, "normalized_entropy")
     qlen, klen = attn.shape[-2:]
-    n_vis = _visible(qlen, klen, mask, attn.device).sum(-1)
+    n_vis = _visible(qlen, klen, mask, attn.device, "normalized_entropy").sum(-1)
     ent = -(attn * attn.clamp_min(1e-30).log()).sum(-1)
     ok = n_vis > 1
     return (ent[..., ok] / n_vis[ok].to(attn.dtype).log()).mean(-1)
@@ -299,6 +339,15 @@ def attention_by_token_pair(attn: torch.Tensor, query_ids: torch.Tensor, key_ids
     averaged over the queries reading a (NaN for tokens read fewer than ``min_count``
     times). Row a sums to the share of attention on kept keys.
     """
+    caller = "attention_by_token_pair"
+    n_tokens, min_count = validation.count(n_tokens, "n_tokens", caller), validation.count(min_count, "min_count",
+                                                                                             caller, 0)
+    attn = _attention(attn, caller)
+    query_ids, key_ids = _ids_below(query_ids, n_tokens, caller, "query_ids"), _ids_below(key_ids, n_tokens, caller,
+                                                                                         "key_ids")
+    if attn.dim() != 3 or query_ids.shape != attn.shape[:2] or key_ids.shape != (attn.size(0), attn.size(2)):
+        raise ValueError(f"{caller}: attn (S, qlen, klen), query_ids (S, qlen) and key_ids (S, klen) must agree; got "
+                         f"{tuple(attn.shape)}, {tuple(query_ids.shape)}, {tuple(key_ids.shape)}")
     if keep is not None:
         attn = attn * keep
     onehot = torch.nn.functional.one_hot(key_ids.long(), n_tokens).to(attn.dtype)  # (S, klen, V)
@@ -317,6 +366,7 @@ def row_overlap(attn: torch.Tensor) -> torch.Tensor:
     queries, of sum_j min(p_ij, p_i'j) (= 1 - total variation distance). 1 = every
     query attends the same keys in the same way; 0 = no two queries share a key.
     Separates the paper's "sparse, shared" heads from its "target-specific" ones."""
+    attn = _attention(attn, "row_overlap")
     n = attn.size(-2)
     if n < 2:
         raise ValueError("row_overlap needs at least two queries")
@@ -329,6 +379,9 @@ def row_overlap(attn: torch.Tensor) -> torch.Tensor:
 def farthest_heads(score: torch.Tensor, k: int = 3) -> list[tuple[int, int]]:
     """The ``k`` (layer, head) pairs with the largest ``score`` (n_layer, n_head),
     largest first; ties keep the lower layer/head first."""
+    score = validation.tensor_of(score, "score", "farthest_heads", (2,), "(n_layer, n_head)",
+                                 "one number per head, e.g. mean_attention_distance(seg.attn)")
+    k = count(k, "k", "farthest_heads")
     n_head = score.size(-1)
     order = torch.argsort(score.flatten(), descending=True, stable=True)[:k]
     return [(int(i) // n_head, int(i) % n_head) for i in order]
@@ -340,12 +393,19 @@ def term_attention_by_distance(terms: dict[str, torch.Tensor], d_head: int,
     """The paper's per-term view: softmax over the visible keys of ONE term alone
     (scaled by 1/sqrt(d_head)), averaged by distance. terms: (..., qlen, klen) with
     NaN where masked, as ``TXLOutput.terms``. Returns name -> (..., D)."""
+    validation.has_keys(terms, names, "terms", "term_attention_by_distance",
+                        "a SegmentAttention's terms[layer] (read_with_memory(..., terms=True))")
+    d_head = count(d_head, "d_head", "term_attention_by_distance")
     return {n: attention_by_distance(scores_to_probs({n: terms[n]}, d_head), mask) for n in names}
 
 
 def profile_entropy(profile: torch.Tensor) -> torch.Tensor:
     """(...,) entropy of a by-distance profile (..., D) over its D distances, divided by
     log D: 1 = flat over all distances, 0 = one distance only. NaN entries are skipped."""
+    profile = validation.tensor_of(profile, "profile", "profile_entropy", tuple(range(1, 9)), "(..., D)")
+    if profile.size(-1) < 2:
+        raise ValueError("profile_entropy: a profile of one distance has no spread to measure (log D = 0). Fix: "
+                         "a profile over D >= 2 distances, e.g. attention_by_distance(seg.attn)")
     p = profile.nan_to_num(0.0)
     p = p / p.sum(-1, keepdim=True)
     ent = -(p * p.clamp_min(1e-30).log()).sum(-1)
@@ -355,6 +415,11 @@ def profile_entropy(profile: torch.Tensor) -> torch.Tensor:
 def log_correlation(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """(...,) Pearson correlation of log x and log y along the last axis: how alike two
     by-distance profiles are in shape, small values weighing as much as large ones."""
+    x, y = (validation.tensor_of(v, name, "log_correlation", tuple(range(1, 9)), "(..., D)")
+            for name, v in (("x", x), ("y", y)))
+    if x.shape != y.shape or x.size(-1) < 2:
+        raise ValueError(f"log_correlation: x and y must be profiles of one shape over at least 2 distances, got "
+                         f"{tuple(x.shape)} and {tuple(y.shape)}")
     lx, ly = x.clamp_min(1e-30).log(), y.clamp_min(1e-30).log()
     lx, ly = lx - lx.mean(-1, keepdim=True), ly - ly.mean(-1, keepdim=True)
     return (lx * ly).sum(-1) / (lx.norm(dim=-1) * ly.norm(dim=-1))
@@ -363,10 +428,20 @@ def log_correlation(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 def best_key_window(attn: torch.Tensor, queries: Sequence[int] | slice, width: int) -> int:
     """First key index of the ``width`` consecutive keys that hold the most attention
     of the given queries. attn: (qlen, klen) for one head."""
-    klen = attn.size(-1)
-    if not 1 <= width <= klen:
+    attn = validation.tensor_of(attn, "attn", "best_key_window", (2,), "(qlen, klen) for one head")
+    klen, qlen = attn.size(-1), attn.size(0)
+    if as_int(width) is None or not 1 <= width <= klen:
         raise ValueError(f"width must be in [1, {klen}], got {width}")
-    col = attn[queries].sum(0)
+    rows = range(qlen)[queries] if isinstance(queries, slice) else None
+    if rows is None:
+        try:
+            rows = [index(q, "queries[...]", qlen, "best_key_window", "queries in attn") for q in queries]
+        except TypeError:
+            raise ValueError(f"best_key_window: queries must be a slice or a list of query indices, got "
+                             f"{queries!r}") from None
+    if len(rows) == 0:
+        raise ValueError(f"best_key_window: queries {queries!r} select none of the {qlen} queries")
+    col = attn[list(rows)].sum(0)
     csum = torch.cat([col.new_zeros(1), col.cumsum(0)])
     sums = csum[width:] - csum[:-width]  # sums[s] = col[s:s+width].sum()
     return int(torch.argmax(sums))  # first maximum
@@ -399,6 +474,8 @@ def context_snippet(ids, pos: int, width: int = 8, vocab: Optional[Sequence[str]
     """The text around token ``pos`` with that token in brackets: 'the br[i]tish' (``vocab``: as
     ``char_labels``)."""
     text = symbols_of(ids, vocab, "context_snippet")
+    pos = index(pos, "pos", len(text), "context_snippet", "tokens in ids")
+    width = count(width, "width", "context_snippet", 0)
     lo, hi = max(0, pos - width), min(len(text), pos + width + 1)
     return "".join(text[lo:pos]) + "[" + "".join(text[pos:pos + 1]) + "]" + "".join(text[pos + 1:hi])
 
@@ -408,6 +485,8 @@ def top_keys(seg: SegmentAttention, layer: int, head: int, query: int,
     """The ``k`` keys query ``query`` attends most in one head: (key index, distance, prob),
     most attended first; equal probabilities (e.g. the same character beyond ``clamp_len``,
     an exact tie) go to the nearer key first, so the order does not depend on the backend."""
+    layer, head, query = _seg_indices(seg, layer, head, query, "top_keys")
+    k = count(k, "k", "top_keys")
     row = seg.attn[layer, head, query].tolist()
     dist = [seg.mlen + query - j for j in range(len(row))]
     keys = sorted(range(len(row)), key=lambda j: (-row[j], dist[j]))[:k]
@@ -421,15 +500,27 @@ __all__ = ["SPACE", "SegmentAttention", "read_with_memory", "attention_by_distan
            "best_key_window", "char_labels", "context_snippet", "top_keys"]
 
 
+def _seg_indices(seg, layer, head, query, caller: str) -> tuple[int, int, int]:
+    """(layer, head, query) as indices into ``seg``'s attention (n_layer, n_head, qlen, klen), or a ValueError
+    naming the range ("query must be in [0, ...]"); ``seg`` must be a SegmentAttention."""
+    if not isinstance(seg, SegmentAttention):
+        raise ValueError(f"{caller}: seg must be a SegmentAttention, got {validation.a_kind(seg)}. Fix: one of "
+                         "read_with_memory(...)'s results, e.g. read_with_memory(model, ids, 64, 64)[-1]")
+    n_layer, n_head, qlen = seg.attn.shape[:3]
+    if as_int(query) is None or not 0 <= query < qlen:  # (the sentence notebook 05's explorer was written with)
+        raise ValueError(f"query must be in [0, {qlen - 1}], got {query!r}")
+    return (index(layer, "layer", n_layer, caller, "layers in seg.attn"),
+            index(head, "head", n_head, caller, "heads in seg.attn"), as_int(query))
+
+
 def query_breakdown(seg: SegmentAttention, layer: int, head: int, query: int) -> dict[str, torch.Tensor]:
     """One query's view of [memory o segment]: "p" its attention (klen,), "a".."d" the unscaled
     score terms (klen,), NaN where hidden, and "distance" (klen,) how far back each key is.
     ``seg`` must have been read with ``terms=True``. softmax((a + b + c + d) / sqrt(d_head))
     over the visible keys is "p" (tests/test_attention_maps.py checks it)."""
+    layer, head, query = _seg_indices(seg, layer, head, query, "query_breakdown")
     if seg.terms is None:
         raise ValueError("query_breakdown needs the score terms: read with read_with_memory(..., terms=True)")
-    if not 0 <= query < seg.qlen:
-        raise ValueError(f"query must be in [0, {seg.qlen - 1}], got {query}")
     out = {name: t[head, query] for name, t in seg.terms[layer].items()}
     out["p"] = seg.attn[layer, head, query]
     out["distance"] = seg.distances()[query]

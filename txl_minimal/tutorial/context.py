@@ -27,11 +27,25 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from txl_minimal import stats
+from txl_minimal import stats, validation
 from txl_minimal.data import as_ids
 from txl_minimal.evaluate import read_segments
 from txl_minimal.model import TransformerXL
 from txl_minimal.utils import LN2  # noqa: F401  (notebook 06 imports it from here)
+from txl_minimal.validation import count
+
+
+def _contexts(contexts, caller: str) -> list[int]:
+    """``contexts`` as a non-empty list of context lengths >= 1, or a ValueError naming the first that is not."""
+    validation.nonempty(contexts, "contexts", caller, "a list of context lengths, e.g. [1, 2, 4, 8]")
+    return [count(c, "contexts[...]", caller) for c in contexts]
+
+
+def _number(value, name: str, caller: str) -> float:
+    """``value`` as a finite float (a NumPy number too), or a ValueError: None, "0.01" and NaN are not."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not math.isfinite(value):
+        raise ValueError(f"{caller}: {name} must be a finite number, got {value!r}")
+    return float(value)
 
 
 def target_positions(n_tokens: int, n_targets: int, max_context: int) -> np.ndarray:
@@ -41,8 +55,9 @@ def target_positions(n_tokens: int, n_targets: int, max_context: int) -> np.ndar
     targets can be scored with every context up to ``max_context``. No
     randomness: the same call always gives the same positions.
     """
-    if n_targets < 1 or max_context < 1:
-        raise ValueError(f"n_targets and max_context must be >= 1, got {n_targets}, {max_context}")
+    n_tokens = count(n_tokens, "n_tokens", "target_positions", 0)
+    n_targets, max_context = (count(v, name, "target_positions") for name, v in (("n_targets", n_targets),
+                                                                                  ("max_context", max_context)))
     available = n_tokens - max_context
     if available < n_targets:
         raise ValueError(f"{n_tokens} tokens hold only {max(available, 0)} positions with "
@@ -78,9 +93,11 @@ def context_nll(model: TransformerXL, data, targets: Sequence[int], context: int
     The model's lengths are restored afterwards. Returns float64, shape (len(targets),).
     """
     ids = as_ids(data).flatten()
-    t = torch.as_tensor(np.asarray(targets, dtype=np.int64))
-    if context < 1:
-        raise ValueError(f"context must be >= 1, got {context}")
+    context, batch_size = (count(v, name, "context_nll") for name, v in (("context", context),
+                                                                          ("batch_size", batch_size)))
+    seg_len, = validation.counts("context_nll", 1, seg_len=seg_len)
+    mem_len, clamp_len = validation.counts("context_nll", 0, mem_len=mem_len, clamp_len=clamp_len)
+    t = as_ids(validation.integer_ids(targets, "context_nll: targets (positions in data)", dims=1))
     if len(t) == 0:
         return np.zeros(0)
     if int(t.min()) < context or int(t.max()) >= len(ids):
@@ -116,6 +133,7 @@ def loss_vs_context(model: TransformerXL, data, contexts: Sequence[int], targets
     ``progress``: a bar over the contexts (tqdm, on stderr). ``kwargs`` go to
     ``context_nll`` (batch_size, seg_len, mem_len, clamp_len).
     """
+    contexts = _contexts(contexts, "loss_vs_context")
     quiet = {} if progress else {"disable": True}  # progress: tqdm's default, so TQDM_DISABLE=1 still silences it
     bar = tqdm(contexts, desc="contexts", leave=False, **quiet)
     return np.stack([context_nll(model, data, targets, c, **kwargs) for c in bar])
@@ -131,10 +149,10 @@ def extend_fixed_window(losses: np.ndarray, contexts: Sequence[int], all_context
     Contexts up to ``max(contexts)`` must have been measured.
     Returns (len(all_contexts), ...) float64.
     """
-    contexts = list(contexts)
+    contexts, all_contexts = _contexts(contexts, "extend_fixed_window"), _contexts(all_contexts, "extend_fixed_window")
     losses = np.asarray(losses, dtype=np.float64)
-    if len(losses) != len(contexts):
-        raise ValueError(f"losses has {len(losses)} rows for {len(contexts)} contexts")
+    if losses.ndim < 1 or len(losses) != len(contexts):
+        raise ValueError(f"losses has {len(losses) if losses.ndim else 'no'} rows for {len(contexts)} contexts")
     longest = max(contexts)
     rows = []
     for c in all_contexts:
@@ -150,7 +168,13 @@ def extend_fixed_window(losses: np.ndarray, contexts: Sequence[int], all_context
 def doubling_gains(mean_losses: Sequence[float]) -> np.ndarray:
     """Loss(c_k) - Loss(c_{k+1}) for consecutive contexts: the gain of each step
     (each doubling when the contexts are powers of two). Positive = longer helps."""
-    m = np.asarray(mean_losses, dtype=np.float64)
+    try:
+        m = np.asarray(mean_losses, dtype=np.float64)
+    except (TypeError, ValueError):
+        m = None
+    if m is None or m.ndim != 1 or len(m) < 2:
+        raise ValueError(f"doubling_gains needs the mean loss at 2 or more contexts (a list of numbers), got "
+                         f"{mean_losses!r}")
     return m[:-1] - m[1:]
 
 
@@ -180,8 +204,9 @@ def effective_context_length(contexts: Sequence[int], mean_losses: Sequence[floa
     the first ``c`` whose next step gains less. If every step gains enough, the
     largest context is returned (the true value may be longer: a lower bound).
     """
-    contexts = list(contexts)
-    if len(contexts) != len(mean_losses) or not contexts:
+    contexts, threshold = _contexts(contexts, "effective_context_length"), _number(threshold, "threshold",
+                                                                                   "effective_context_length")
+    if not hasattr(mean_losses, "__len__") or len(contexts) != len(mean_losses):
         raise ValueError("contexts and mean_losses must be non-empty and of equal length")
     if any(b <= a for a, b in zip(contexts, contexts[1:])):
         raise ValueError(f"contexts must increase, got {contexts}")
@@ -205,12 +230,14 @@ def relative_gain(losses: Mapping[str, np.ndarray], short: int, long: int, r: fl
     * relative gain  g_i(c, c') = (exp f_i(c, c) - exp f_i(c, c')) / exp f_i(c, c),
       a relative perplexity reduction, 0 when the long context helps no target.
     """
-    if not 0.0 < r <= 1.0:
+    if isinstance(r, bool) or not isinstance(r, (int, float, np.number)) or not 0.0 < r <= 1.0:
         raise ValueError(f"r must be in (0, 1], got {r}")
-    if not losses:
+    if not losses or not hasattr(losses, "keys"):
         raise ValueError("losses must hold at least one model")
     names = list(losses)
-    stack = np.stack([np.asarray(losses[n], dtype=np.float64) for n in names])  # (models, ctx, tgt)
+    stack = _stacked(losses, "relative_gain")  # (models, ctx, tgt)
+    short, long = (validation.index(v, name, stack.shape[1], "relative_gain", "rows (contexts) in each losses[name]")
+                   for name, v in (("short", short), ("long", long)))
     if short > long:
         raise ValueError(f"short row {short} must not come after long row {long}")
     base = stack[:, short].min(axis=0)  # b(c, t)
@@ -222,6 +249,18 @@ def relative_gain(losses: Mapping[str, np.ndarray], short: int, long: int, r: fl
         f = np.minimum(base[hard], stack[i, long, hard]).mean()
         gains[name] = (ref - math.exp(f)) / ref
     return gains
+
+
+def _stacked(losses: Mapping[str, np.ndarray], caller: str) -> np.ndarray:
+    """The models' (n_contexts, n_targets) losses stacked (models, n_contexts, n_targets), or a ValueError
+    naming the model whose losses have another shape (numpy would say "all input arrays must have the same shape")."""
+    arrays = {name: np.asarray(l, dtype=np.float64) for name, l in losses.items()}
+    first = next(iter(arrays.values()))
+    for name, a in arrays.items():
+        if a.ndim != 2 or 0 in a.shape or a.shape != first.shape:
+            raise ValueError(f"{caller}: losses[{name!r}] must be (n_contexts, n_targets) like every model's, the same "
+                             f"targets at the same contexts; got {a.shape} (the first: {first.shape})")
+    return np.stack(list(arrays.values()))
 
 
 def relative_effective_context_length(losses: Mapping[str, np.ndarray], contexts: Sequence[int],
@@ -240,7 +279,10 @@ def relative_effective_context_length(losses: Mapping[str, np.ndarray], contexts
     to choose for characters. The paper's model group also held several models
     trained for the comparison; here it is whatever ``losses`` holds.
     """
-    contexts = list(contexts)
+    contexts = _contexts(contexts, "relative_effective_context_length")
+    threshold = _number(threshold, "threshold", "relative_effective_context_length")
+    validation.nonempty(losses, "losses", "relative_effective_context_length",
+                        "{model name: its (n_contexts, n_targets) losses}, the same targets for every model")
     if any(b <= a for a, b in zip(contexts, contexts[1:])):
         raise ValueError(f"contexts must increase, got {contexts}")
     for name, l in losses.items():

@@ -23,15 +23,14 @@ builds the code corpus and reads the results.
 from __future__ import annotations
 
 import gzip
-import json
 import sys
 import sysconfig
 from pathlib import Path
 
 import numpy as np
 
-from txl_minimal import stats
-from txl_minimal.utils import atomic_write_text
+from txl_minimal import stats, validation
+from txl_minimal.utils import atomic_write_text, read_json, refuse_empty_path
 
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "results" / "own_text"
 CORPORA = ("code", "text8-mini")  # the standard library's code; Wikipedia prose
@@ -67,6 +66,7 @@ def write_stdlib_text(path: str | Path, root: str | Path | None = None) -> Path:
             parts.append(file.read_text(encoding="utf-8"))
         except UnicodeDecodeError:
             continue
+    refuse_empty_path(path, "write_stdlib_text's path")
     path, text = Path(path), "".join(p if p.endswith("\n") else p + "\n" for p in parts)
     if path.is_file() and path.stat().st_size == len(text.encode("utf-8")) and path.read_text(encoding="utf-8") == text:
         return path  # unchanged: not rewritten, so load_corpus's cache of it stays valid
@@ -77,6 +77,9 @@ def write_stdlib_text(path: str | Path, root: str | Path | None = None) -> Path:
 
 def run_name(corpus: str, mem_len: int, seed: int = 0) -> str:
     """A run's folder and key in results.json, e.g. "code-m64" (seed 0) or "code-m64-s1"."""
+    if corpus not in (*CORPORA, "text8"):
+        raise ValueError(f"run_name: corpus must be one of {CORPORA} ('text8' for short), got {corpus!r}")
+    mem_len, seed = (validation.count(v, name, "run_name", 0) for name, v in (("mem_len", mem_len), ("seed", seed)))
     return f"{'code' if corpus == 'code' else 'text8'}-m{mem_len}" + (f"-s{seed}" if seed else "")
 
 
@@ -98,6 +101,18 @@ def memory_savings(runs: dict, mem_len: int = 64, seed: int = 0) -> list[float]:
     """[code, text8]: bits per character saved by the model trained and evaluated with ``mem_len``
     against the one trained and evaluated without memory (both of training seed ``seed``), on the
     same test characters (block means)."""
+    mem_len, seed = (validation.count(v, name, "memory_savings", 0) for name, v in (("mem_len", mem_len),
+                                                                                     ("seed", seed)))
+    needed = [run_name(t, m, seed) for t in ("code", "text8") for m in (0, mem_len)]
+    validation.has_keys(runs, needed, "runs", "memory_savings", f"load_results()['runs'], which holds the runs trained "
+                        f"(memories {TRAIN_MEMS}; seed 1 for {SEED_MEMS}), or train the missing one with "
+                        "scripts/own_text.py")
+    for t in ("code", "text8"):
+        for m in {0, mem_len}:
+            blocks = runs[run_name(t, m, seed)].get("blocks", {})
+            if m not in blocks:
+                raise ValueError(f"memory_savings: run {run_name(t, m, seed)} was not scored with an evaluation "
+                                 f"memory of {m} (it was with {sorted(blocks)}). Fix: a mem_len of {TRAIN_MEMS}")
     return [round(paired_blocks(runs[run_name(t, 0, seed)]["blocks"][0],
                                 runs[run_name(t, mem_len, seed)]["blocks"][mem_len])[0], 3) for t in ("code", "text8")]
 
@@ -109,16 +124,30 @@ def code_test_path(results_dir: str | Path = RESULTS_DIR) -> Path:
 
 def read_code_test(results_dir: str | Path = RESULTS_DIR) -> str:
     """The code test split as text."""
-    return gzip.decompress(code_test_path(results_dir).read_bytes()).decode("utf-8")
+    refuse_empty_path(results_dir, "read_code_test's results_dir")
+    path = code_test_path(results_dir)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing. Fix: git checkout results/own_text (it ships the code test "
+                                f"split), or run {sys.executable.rsplit('/', 1)[-1]} scripts/own_text.py --out "
+                                f"{results_dir}")
+    try:
+        return gzip.decompress(path.read_bytes()).decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as e:  # gzip's BadGzipFile is an OSError
+        raise ValueError(f"{path} is damaged ({type(e).__name__}). Fix: git checkout -- {path}") from None
 
 
 def load_results(path: str | Path = RESULTS_DIR / "results.json") -> dict:
     """results.json as scripts/own_text.py wrote it (block means as NumPy arrays)."""
+    refuse_empty_path(path, "load_results' path")
     path = Path(path)
+    fix = (f"git checkout results/own_text, or run {sys.executable.rsplit('/', 1)[-1]} scripts/own_text.py "
+           "--replace-shipped")
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder, not results.json. Fix: {path / 'results.json'}")
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing. Fix: git checkout results/own_text, or run "
-                                f"{sys.executable.rsplit('/', 1)[-1]} scripts/own_text.py --replace-shipped")
-    results = json.loads(path.read_text())
+        raise FileNotFoundError(f"{path} is missing. Fix: {fix}")
+    results = read_json(path, f"Fix: {fix}")  # a damaged file: a sentence naming it, not the decoder's traceback
+    validation.has_keys(results, ("runs",), str(path), "load_results", fix)
     for run in results["runs"].values():
         run["blocks"] = {int(m): np.asarray(v) for m, v in run["blocks"].items()}
         run["test_bpc"] = {int(m): v for m, v in run["test_bpc"].items()}

@@ -18,6 +18,8 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from .. import validation
+from ..validation import count, index
 from .analysis import rel_shift_stages, segment_band_mask
 
 WIDTH = 10.0  # inches: the width of a notebook cell
@@ -38,6 +40,8 @@ def use_readable_style() -> None:
 def readability_problems(fig: Figure, shown_px: int = SHOWN_PX) -> list[str]:
     """Every visible text of ``fig`` smaller than ``MIN_PT`` once the figure is drawn ``shown_px``
     wide, or reaching outside the figure (clipped); [] when there is none."""
+    _check_figure(fig, "readability_problems")
+    shown_px = count(shown_px, "shown_px", "readability_problems")
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     width_px = fig.get_figwidth() * fig.dpi
@@ -64,6 +68,7 @@ def readability_problems(fig: Figure, shown_px: int = SHOWN_PX) -> list[str]:
 
 def check_readable(fig: Figure) -> None:
     """Raise AssertionError naming the texts of ``fig`` that a reader could not read."""
+    _check_figure(fig, "check_readable")
     problems = readability_problems(fig)
     assert not problems, "figure text too small or clipped: " + "; ".join(problems[:8])
 
@@ -72,6 +77,24 @@ def _np(x) -> np.ndarray:
     if isinstance(x, torch.Tensor):
         x = x.detach().float().cpu().numpy()
     return np.asarray(x, dtype=float)
+
+
+def _array(x, name: str, caller: str, dims: tuple[int, ...] = (2,), shape: str = "(rows, columns)") -> np.ndarray:
+    """``x`` (a tensor, array or nested list) as a float array of ``dims`` axes, none of them empty, or a
+    ValueError naming ``caller``'s argument and its shape (not seaborn's "math domain error")."""
+    return _np(validation.tensor_of(x, name, caller, dims, shape))
+
+
+def _panels(items, name: str, caller: str, example: str):
+    """``items``, a non-empty dict of panels (title -> data), or a ValueError: there is nothing to draw."""
+    validation.has_keys(items, (), name, caller, f"a dict {example}")
+    return validation.nonempty(items, name, caller, f"one item per panel, {example}")
+
+
+def _check_figure(fig, caller: str) -> None:
+    if not isinstance(fig, Figure):
+        raise ValueError(f"{caller}: fig must be a matplotlib Figure, got {validation.a_kind(fig)}. Fix: the figure a "
+                         "plot_... function returns (an Axes: ax.figure)")
 
 
 def _seaborn():
@@ -107,7 +130,7 @@ def heatmap(ax: Axes, m, title: str, xlabel: str = "key position j",
     ``center=True`` uses a diverging colormap symmetric around 0. For large matrices
     with their own norm or extent (the attention maps); ``sns_heatmap`` for the others.
     """
-    a = _np(m)
+    a = _array(m, "m", "heatmap")
     cm = plt.get_cmap(_color_limits(a, center, imshow_kw) or cmap).with_extremes(bad=MASKED)
     im = ax.imshow(np.ma.masked_invalid(a), cmap=cm, aspect="auto", interpolation="nearest", **imshow_kw)
     _titles(ax, title, xlabel, ylabel)
@@ -133,7 +156,7 @@ def sns_heatmap(ax: Axes, m, title: str, xlabel: str = "key position j",
     colour bar. ``center=True`` uses a diverging colormap symmetric around 0.
     Returns the QuadMesh.
     """
-    a = _np(m)
+    a, xticks = _array(m, "m", "sns_heatmap"), count(xticks, "xticks", "sns_heatmap")
     cmap = _color_limits(a, center, heatmap_kw) or cmap
     heatmap_kw.setdefault("xticklabels", _every(a.shape[1], xticks))
     heatmap_kw.setdefault("yticklabels", _every(a.shape[0], 8))
@@ -150,7 +173,11 @@ def plot_heatmaps(mats: Mapping[str, object], suptitle: str, xlabel: str = "key 
                   center: bool = False, height: float = 3.5, ncols: Optional[int] = None) -> Figure:
     """Heatmaps, one per (title, matrix) item, ``ncols`` to a row (all in one row if None);
     ``height`` is that of one row."""
-    ncols = ncols or len(mats)
+    _panels(mats, "mats", "plot_heatmaps", "{'title': matrix}")
+    mats = {title: _array(m, f"mats[{title!r}]", "plot_heatmaps") for title, m in mats.items()}
+    ncols = len(mats) if ncols is None else count(ncols, "ncols", "plot_heatmaps")
+    if isinstance(height, bool) or not isinstance(height, (int, float)) or not 0 < height < 100:
+        raise ValueError(f"plot_heatmaps: height must be a number of inches in (0, 100), got {height!r}")
     nrows = -(-len(mats) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(WIDTH, height * nrows), squeeze=False)
     for ax, (title, m) in zip(axes.flat, mats.items()):
@@ -167,12 +194,14 @@ TERM_TITLES = {"a": "(a) content", "b": "(b) content-dep. position",
 
 def plot_score_terms(terms: Mapping[str, object], suptitle: str) -> Figure:
     """The four terms (a)-(d) of one head as four heatmaps (unscaled scores)."""
+    _panels(terms, "terms", "plot_score_terms", "{'a': term_a, 'b': term_b, ...}")
     mats = {TERM_TITLES.get(k, k): v for k, v in terms.items()}
     return plot_heatmaps(mats, suptitle, cbar_label="score (unscaled)", center=True, height=4.2, ncols=2)
 
 
 def plot_sinusoids(R, title: str = "Sinusoid encodings $R_k$ (fixed, not learned)") -> Figure:
     """The table R (one row per distance k, sines then cosines)."""
+    R = _array(R, "R", "plot_sinusoids", shape="(distances, d_model)")
     fig, ax = plt.subplots(figsize=(WIDTH, 3.5))
     sns_heatmap(ax, R, title, xlabel="dimension (sines | cosines)", ylabel="distance k = i - j",
                 cbar_label="value", center=True)
@@ -184,7 +213,8 @@ def plot_position_bias(bias, layer: int, train_klen: Optional[int] = None) -> Fi
     """Term (d), v^T W_k,R R_k, of every head against the distance k (one line per head);
     ``layer`` is the layer's number in the title (the paper's, from 1: ``model.layers[layer - 1]``),
     ``train_klen`` marks the longest distance seen in training (mem_len + tgt_len - 1)."""
-    b = _np(bias)
+    b = _array(bias, "bias", "plot_position_bias", shape="(n_head, distances)")
+    train_klen, = validation.counts("plot_position_bias", 0, train_klen=train_klen)
     fig, ax = plt.subplots(figsize=(WIDTH, 3.5))
     for h, row in enumerate(b):
         ax.plot(np.arange(len(row)), row, label=f"head {h}")
@@ -254,6 +284,7 @@ def plot_rel_shift(qlen: int = 4, mlen: int = 2) -> tuple[Figure, dict[str, torc
     k. Returns the figure and the stages (see ``analysis.rel_shift_stages``),
     whose entries are codes 100 (i+1) + k (0 = padding).
     """
+    qlen, mlen = count(qlen, "qlen", "plot_rel_shift"), count(mlen, "mlen", "plot_rel_shift", 0)
     klen = qlen + mlen
     if klen > 99:
         raise ValueError("plot_rel_shift is for small matrices (klen < 100)")
@@ -281,9 +312,17 @@ def plot_dependency(influence: Mapping[int, object], position: int, seg_len: int
     """Left: for each depth N, which input positions influence output ``position``
     (log10 gradient norm; grey = exactly 0). Right: the span against N with the
     line N x mem_len + (position in segment)."""
-    mem_len = seg_len if mem_len is None else mem_len
+    caller = "plot_dependency"
+    _panels(influence, "influence", caller, "{layers N: input_influence(...) of that model}")
+    seg_len = count(seg_len, "seg_len", caller)
+    mem_len = seg_len if mem_len is None else count(mem_len, "mem_len", caller, 0)
     depths = sorted(influence)
-    n = len(_np(influence[depths[0]]))
+    n = len(_array(influence[depths[0]], f"influence[{depths[0]!r}]", caller, (1,), "(N,)"))
+    if any(len(_array(influence[d], f"influence[{d!r}]", caller, (1,), "(N,)")) != n for d in depths):
+        raise ValueError(f"{caller}: every influence[N] must cover the same N positions (input_influence of one text)")
+    position = index(position, "position", n, caller, "positions in each influence")
+    validation.has_keys(spans, depths, "spans", caller, "{layers N: influence_span(influence[N], position)} for "
+                        "every N of influence")
     img = np.full((len(depths), n), np.nan)
     for row, d in enumerate(depths):
         g = _np(influence[d])
@@ -313,6 +352,10 @@ def plot_bpc_vs_memory(mem_lens: Sequence[int], bpcs: Sequence[float], train_mem
     """Evaluation bpc against the evaluation memory length, one evenly spaced tick per
     length (training memory marked); ``references`` adds labelled horizontal lines
     (e.g. a baseline's bpc)."""
+    validation.nonempty(mem_lens, "mem_lens", "plot_bpc_vs_memory", "the evaluation memory lengths, e.g. [0, 64, 256]")
+    if not hasattr(bpcs, "__len__") or len(bpcs) != len(mem_lens):
+        raise ValueError(f"plot_bpc_vs_memory: bpcs must hold one bpc per memory length ({len(mem_lens)}), got "
+                         f"{bpcs!r}. Fix: analysis.bpc_vs_memory(model, data, mem_lens)")
     fig, ax = plt.subplots(figsize=(WIDTH, 3.5))
     xs = np.arange(len(mem_lens))
     ax.plot(xs, bpcs, "o-", label="Transformer-XL")
@@ -343,6 +386,14 @@ def plot_recall_by_gap(curves: Mapping[str, Mapping[str, float]], chance: float,
     so that no point lies on the frame; a dotted line at ``chance``; dashed verticals at ``marks``
     (e.g. {"L": 32, "L + M": 128}), named above the frame; ``styles``: label -> extra ``plot`` keywords.
     """
+    _panels(curves, "curves", "plot_recall_by_gap", "{label: tasks.recall_accuracy(...)}")
+    for label, acc in curves.items():
+        validation.nonempty(acc, f"curves[{label!r}]", "plot_recall_by_gap", "{'lo-hi': accuracy} buckets")
+        bad = [key for key in acc if not (isinstance(key, str) and key.count("-") == 1
+                                          and key.split("-")[1].isdigit())]
+        if bad:
+            raise ValueError(f"plot_recall_by_gap: curves[{label!r}] must map buckets 'lo-hi' (e.g. '1-32') to "
+                             f"accuracies, got the key {bad[0]!r}. Fix: tasks.recall_accuracy(...)")
     fig, ax = plt.subplots(figsize=(WIDTH, 4))
     for k, (label, acc) in enumerate(curves.items()):
         style = {"marker": "o", "ls": "-", **(styles or {}).get(label, {})}
@@ -399,11 +450,18 @@ def plot_attention_by_distance(profiles: Mapping[str, object], seg_len: Optional
     ``scale="log"`` (default) spreads the small far-away weights over the colours;
     ``shared_scale`` gives all panels one colour scale, so they can be compared.
     """
+    caller = "plot_attention_by_distance"
+    _panels(profiles, "profiles", caller, "{'title': attention_maps.attention_by_distance(seg.attn)}")
+    arrays = {title: _array(p, f"profiles[{title!r}]", caller, (3,), "(n_layer, n_head, D)")
+              for title, p in profiles.items()}
     n = len(profiles)
-    first = _np(next(iter(profiles.values())))
+    first = next(iter(arrays.values()))
     n_layer, n_head = first.shape[:2]
+    if any(a.shape[:2] != (n_layer, n_head) for a in arrays.values()):
+        raise ValueError(f"{caller}: every profile must have the first one's (n_layer, n_head) = {(n_layer, n_head)}, "
+                         f"got {[a.shape for a in arrays.values()]}")
     rows = n_layer * n_head
-    mats = {title: _np(prof).reshape(rows, -1) for title, prof in profiles.items()}
+    mats = {title: a.reshape(rows, -1) for title, a in arrays.items()}
     everything = np.concatenate([m.ravel() for m in mats.values()])
     marks = seg_len is not None or train_dist is not None
     legend_h = 0.45 if marks else 0.0  # inches below the panels for the legend: it covers no data
@@ -446,10 +504,20 @@ def plot_head_attention(attn, key_labels: Sequence[str], mlen: int, title: str,
     memory/segment border and the zoomed block outlined; right: the block with
     characters as tick labels (colour ``zoom_scale``), the border drawn again where it crosses it.
     """
-    a = _np(attn).copy()
-    if mask is not None:
-        a[_np(mask).astype(bool)] = np.nan
+    caller = "plot_head_attention"
+    a = _array(attn, "attn", caller, shape="(qlen, klen) of one head").copy()
     qlen, klen = a.shape
+    if mask is not None:
+        a[_array(mask, "mask", caller, shape=f"(qlen, klen) = {a.shape}").astype(bool)] = np.nan
+    mlen = count(mlen, "mlen", caller, 0)
+    for name, part in (("queries", queries), ("keys", keys)):
+        if not isinstance(part, slice) or len(range(qlen if name == "queries" else klen)[part]) == 0:
+            raise ValueError(f"{caller}: {name} must be a slice that selects some {name} (e.g. slice(0, 16)), got "
+                             f"{part!r}")
+    if mlen != klen - qlen or len(key_labels) < klen:  # (the queries are the last qlen keys, labelled as keys)
+        raise ValueError(f"{caller}: attn {a.shape} has mlen = klen - qlen = {klen - qlen} and needs {klen} "
+                         f"key_labels; got mlen={mlen} and {len(key_labels)} labels. Fix: seg.mlen, "
+                         "char_labels(seg.key_ids)")
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(WIDTH, 4.2), gridspec_kw=dict(width_ratios=[1.25, 1]))
     heatmap(ax, a, "whole segment: queries x [memory | segment]",
             xlabel=f"key position j  (memory: j < {mlen} | segment)", ylabel="query position i",
@@ -476,6 +544,14 @@ def plot_by_token(values: Mapping[str, object], labels: Sequence[str], ylabel: s
                   ref: Optional[float] = None, ref_label: str = "") -> Figure:
     """Grouped bars: one group per token (``labels``), one bar per (name, values) item;
     NaN bars (token too rare) are left out. ``ref`` draws a dashed horizontal line."""
+    caller = "plot_by_token"
+    _panels(values, "values", caller, "{'name': one value per token}")
+    validation.nonempty(labels, "labels", caller, "one label per token, e.g. attention_maps.char_labels(range(27))")
+    values = {name: _array(v, f"values[{name!r}]", caller, (1,), f"({len(labels)},): one per label")
+              for name, v in values.items()}
+    if any(len(v) != len(labels) for v in values.values()):
+        raise ValueError(f"{caller}: every values[name] must hold one value per label ({len(labels)}), got "
+                         f"{[len(v) for v in values.values()]}")
     fig, ax = plt.subplots(figsize=(WIDTH, 3.3))
     n = len(values)
     width = 0.8 / n
@@ -489,7 +565,8 @@ def plot_by_token(values: Mapping[str, object], labels: Sequence[str], ylabel: s
     ax.set_xlabel("character read by the query")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    top = max([float(np.nanmax(_np(v))) for v in values.values()] + [ref or 0.0])
+    finite = [float(np.nanmax(v)) for v in values.values() if np.isfinite(v).any()] + [ref or 0.0]
+    top = max(finite) if max(finite) > 0 else 1.0  # every bar NaN (each token too rare): an empty frame, not NaN
     ax.set_ylim(0, 1.3 * top)  # room for the legend above the bars
     ax.legend(fontsize=SMALL, ncol=n + (ref is not None), loc="upper center")
     ax.grid(alpha=0.3, axis="y")
@@ -502,11 +579,19 @@ def plot_token_pairs(mats: Mapping[str, object], labels: Sequence[str], suptitle
     """Query token x key token heatmaps, one panel per (title, (V, V) matrix), e.g.
     ``attention_maps.attention_by_token_pair``; NaN rows (rare tokens) grey. All panels share
     one colour scale (0 to the largest value of any panel), so colours compare across panels."""
+    caller = "plot_token_pairs"
+    _panels(mats, "mats", caller, "{'title': attention_maps.attention_by_token_pair(...)[0]}")
+    V = len(labels)
+    mats = {title: _array(m, f"mats[{title!r}]", caller, shape=f"({V}, {V}): one row and column per label")
+            for title, m in mats.items()}
+    if V == 0 or any(m.shape != (V, V) for m in mats.values()):
+        raise ValueError(f"{caller}: every matrix must be (V, V) with V = len(labels) = {V}, got "
+                         f"{[m.shape for m in mats.values()]}")
     n = len(mats)
     ncols = min(n, 2)  # two to a row: 27 x 27 cells need the room to show their letters
     nrows = -(-n // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(WIDTH, 4.6 * nrows), squeeze=False)
-    top = max(float(np.nanmax(_np(m))) for m in mats.values())
+    top = max([float(np.nanmax(m)) for m in mats.values() if np.isfinite(m).any()] or [1.0])
     for k, (ax, (title, m)) in enumerate(zip(axes.flat, mats.items())):
         a = _np(m)
         heatmap(ax, a, title, xlabel="key character", ylabel="query character" if k % ncols == 0 else "",
@@ -526,7 +611,14 @@ def plot_query_attention(parts: Mapping[str, object], key_labels: Sequence[str],
                          window: int = 64) -> Figure:
     """One query's attention (top) and its score terms (a)-(d) (bottom) over the last ``window``
     keys it may see, characters on the axis; ``parts``: ``attention_maps.query_breakdown``."""
+    caller = "plot_query_attention"
+    validation.has_keys(parts, ("p", "distance", "a"), "parts", caller, "attention_maps.query_breakdown(seg, layer, "
+                        "head, query)")
+    window = count(window, "window", caller)
     p, dist = _np(parts["p"]), _np(parts["distance"])
+    if not hasattr(key_labels, "__len__") or len(key_labels) != len(p):
+        raise ValueError(f"{caller}: key_labels must hold one label per key ({len(p)}), got "
+                         f"{validation.a_kind(key_labels)}. Fix: attention_maps.char_labels(seg.key_ids)")
     keys = np.flatnonzero(~np.isnan(_np(parts["a"])))[-window:]  # visible keys, nearest last
     fig, (ax, bx) = plt.subplots(2, 1, figsize=(WIDTH, 5.2), sharex=True)
     ax.bar(np.arange(len(keys)), p[keys], color="C0")
@@ -555,6 +647,14 @@ def plot_recurrence(seg_len: int, mem_len: int, n_layer: int, n_seg: int = 3) ->
     the states below it that it attends to: grey dashed lines are reads from the memory
     (fixed, no gradient: SG), blue ones from its own segment. The last output's receptive
     field, which grows by ``mem_len`` per layer, is filled in."""
+    caller = "plot_recurrence"
+    seg_len, n_layer, n_seg = (count(v, name, caller) for name, v in (("seg_len", seg_len), ("n_layer", n_layer),
+                                                                      ("n_seg", n_seg)))
+    mem_len = count(mem_len, "mem_len", caller, 0)
+    if n_seg * seg_len > 256 or n_layer > 16:  # a figure of every state and every line between them
+        raise ValueError(f"{caller} draws every state: n_seg x seg_len = {n_seg * seg_len:,} positions and "
+                         f"{n_layer:,} layers are too many to see. Fix: at most 256 positions and 16 layers, e.g. "
+                         "plot_recurrence(4, 4, 3)")
     n = n_seg * seg_len
     visible = ~segment_band_mask(n, seg_len, mem_len)  # [t, j]: one layer's attention
     last_seg = range((n_seg - 1) * seg_len, n)

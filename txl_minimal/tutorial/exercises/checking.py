@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from txl_minimal.model import TransformerXL, TXLConfig
+from txl_minimal.validation import a_kind
 
 NOT_ATTEMPTED = "not attempted yet: write your answer in the cell above, then run this cell again"
 Case = tuple  # (arguments, the right result, the setting in words[, the part compared: a function])
@@ -142,6 +143,31 @@ def not_attempted(name: str, raises: Optional[bool], notebook: str = NOT_ATTEMPT
     return _verdict(None, notebook, False)
 
 
+def _said(x, limit: int = 200) -> str:
+    """``repr(x)`` for a message, cut at ``limit`` characters; an answer whose repr raises (or recurses without
+    end) is named by its type: a message about an answer never raises."""
+    if isinstance(x, int) and not isinstance(x, bool) and abs(x) >= 10 ** 30:
+        return f"an integer of {int(abs(x).bit_length() * math.log10(2)) + 1} digits"  # (repr stops at 4,300)
+    try:
+        text = repr(x)
+    except Exception as e:  # noqa: BLE001 (RecursionError too: a list nested 5,000 deep)
+        return f"{a_kind(x)} (its repr raised {type(e).__name__})"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _unreadable(e: BaseException) -> str:
+    """Why an answer could not be read as numbers, in words (not OverflowError's "int too large to convert")."""
+    if isinstance(e, OverflowError):
+        return "a number too large to compare (it does not fit a float)"
+    if isinstance(e, RecursionError):
+        return "lists nested too deeply to read"
+    try:
+        text = str(e)
+    except Exception:  # noqa: BLE001 (an exception whose str raises)
+        text = ""
+    return f"{type(e).__name__}: {text[:120]}" if text else type(e).__name__
+
+
 class _NotNumbers(ValueError):
     """An answer that holds no numbers in order (text, a set, a generator, a tensor without values):
     its message is the sentence the checker prints."""
@@ -172,12 +198,26 @@ def _tensor(x) -> torch.Tensor:
     if isinstance(x, torch.Tensor):
         return _values(x)
     if isinstance(x, (str, bytes)):
-        raise _NotNumbers(f"the text {x!r}, not numbers")
-    array = np.asarray(_plain(x))
+        raise _NotNumbers(f"the text {_said(x, 60)}, not numbers")
+    if isinstance(x, complex) or getattr(getattr(x, "dtype", None), "kind", "") == "c":
+        raise _NotNumbers("complex numbers: the answer is real")
+    try:
+        array = np.asarray(_plain(x))
+    except _NotNumbers:
+        raise
+    except Exception as e:  # an object whose __array__, __len__ or __iter__ raises; lists 5,000 deep
+        raise _NotNumbers(f"{a_kind(x)} that cannot be read as numbers ({_unreadable(e)})") from None
+    if array.dtype.kind == "O" and array.size and all(isinstance(v, int) for v in array.ravel()):
+        raise _NotNumbers(f"{_said(x, 60)}: a number too large to compare (it does not fit a float)")
     if array.dtype.kind in "OUSV":  # objects, text, raw bytes
-        raise _NotNumbers(f"a {type(x).__name__} holding {'text' if array.dtype.kind in 'US' else 'objects'}, "
-                          "not numbers")
-    return torch.as_tensor(array)
+        raise _NotNumbers(f"{a_kind(x)} holding {'text' if array.dtype.kind in 'US' else 'objects'}, not numbers")
+    if array.dtype.kind == "c":
+        raise _NotNumbers("complex numbers: the answer is real")
+    try:
+        return torch.as_tensor(array)
+    except (TypeError, ValueError, RuntimeError, OverflowError):  # longdouble, datetime64
+        raise _NotNumbers(f"{a_kind(x)} of {array.dtype} values, which torch cannot hold: write them as floats "
+                          "(float(x), or a list of floats)") from None
 
 
 def _close(got: torch.Tensor, want: torch.Tensor, tol: Optional[float]) -> torch.Tensor:
@@ -243,8 +283,8 @@ def _difference(got, want, tol: Optional[float] = None) -> str:
         key = next(k for k in want if not _same(got[k], want[k], tol))  # the first entry that differs
         return f"entry {key!r}: {_number(got[key])}, expected {_number(want[key])}"
     if isinstance(want, (tuple, dict)):
-        return f"{got!r}, expected {want!r}"
-    return f"{got!r} ({type(got).__name__}), expected {want!r}"
+        return f"{_said(got)}, expected {want!r}"
+    return f"{_said(got)} ({type(got).__name__}), expected {want!r}"
 
 
 def _number(x) -> str:
@@ -277,9 +317,9 @@ def _show(x) -> str:
             t = _tensor(x)
             shown = t.int() if t.dtype == torch.bool else t
             return f"{type(x).__name__} of shape {tuple(t.shape)}, {t.dtype}:\n{shown}\n"
-    except (TypeError, ValueError, RuntimeError):  # an array torch cannot hold (strings, objects)
+    except Exception:  # noqa: BLE001 (an array torch cannot hold: strings, objects; a tensor on meta)
         return f"{type(x).__name__} of shape {getattr(x, 'shape', '?')}, dtype {getattr(x, 'dtype', '?')}"
-    return repr(x)
+    return _said(x)
 
 
 def _check(name: str, answer, cases: Iterable[Case], view: Optional[Callable] = None,
@@ -297,15 +337,15 @@ def _check(name: str, answer, cases: Iterable[Case], view: Optional[Callable] = 
         try:  # a function is called on the case; a prediction (a number, a list) is the answer itself
             got = None if answer is None else answer(*args) if callable(answer) else answer
         except Exception as e:  # a student's bug is a wrong answer, not a crash of the checker
-            return _verdict(False, f"{name}: not yet: {where} raised {type(e).__name__}: {e}", raises)
+            return _verdict(False, f"{name}: not yet: {where} raised {_unreadable(e)}", raises)
         if got is None:
             return not_attempted(name, raises)
         try:
             compared = part(got)
             right = _same(compared, part(want), tol)
             why = "" if right else _difference(compared, part(want), tol)
-        except Exception as e:  # a result of the wrong kind (shape, type) cannot be viewed
-            compared, right, why = got, False, f"got {e}" if isinstance(e, _NotNumbers) else f"{type(e).__name__}: {e}"
+        except Exception as e:  # noqa: BLE001 (a result of the wrong kind, shape or type, cannot be viewed)
+            compared, right, why = got, False, f"got {e}" if isinstance(e, _NotNumbers) else _unreadable(e)
         if not right:
             note = getattr(part, "note", "")
             return _verdict(False, f"{name}: not yet: {where}: {why}{note}.\n  expected {_show(part(want))}\n"
@@ -323,16 +363,22 @@ def _check_prediction(name: str, got, want: float | list, rule: str, known: Iter
         try:
             got = got()
         except Exception as e:  # a student's bug is a wrong answer, not a crash of the checker
-            return _verdict(False, f"{name}: not yet: your function raised {type(e).__name__}: {e}", raises)
+            return _verdict(False, f"{name}: not yet: your function raised {_unreadable(e)}", raises)
     if got is None or got is ...:
         return not_attempted(name, raises)
     kind = f"a list of {len(want)} numbers" if isinstance(want, list) else "a number"
     try:
-        values = [float(v) for v in np.ravel(np.asarray(_plain(got), dtype=float))]
+        plain = _plain(got)
+        if isinstance(plain, complex) or np.asarray(plain).dtype.kind == "c":  # (a float cast drops the imaginary)
+            raise _NotNumbers("complex numbers: the answer is real")
+        with np.errstate(over="ignore"):  # a longdouble beyond float64 is inf: said as a wrong value
+            values = [float(v) for v in np.ravel(np.asarray(plain, dtype=float))]
     except _NotNumbers as e:
         return _verdict(False, f"{name}: not yet: write {kind}; got {e}", raises)
     except (TypeError, ValueError):
-        return _verdict(False, f"{name}: not yet: write {kind}, got {got!r}", raises)
+        return _verdict(False, f"{name}: not yet: write {kind}, got {_said(got)}", raises)
+    except Exception as e:  # noqa: BLE001 (10**400, an object whose __float__ raises, lists 5,000 deep)
+        return _verdict(False, f"{name}: not yet: write {kind}; got {_said(got, 60)}, {_unreadable(e)}", raises)
     wants = want if isinstance(want, list) else [want]
     if len(values) != len(wants):
         return _verdict(False, f"{name}: not yet: {len(values)} value(s), expected {len(wants)}", raises)
@@ -341,8 +387,17 @@ def _check_prediction(name: str, got, want: float | list, rule: str, known: Iter
     for value, meaning in known:
         mine = value if isinstance(value, list) else [value]
         if len(mine) == len(values) and all(abs(v - m) <= tol for v, m in zip(values, mine)):
-            return _verdict(False, f"{name}: not yet: {got} is {meaning}. {rule}", raises)
-    return _verdict(False, f"{name}: not yet: you wrote {got}, the right value is {want}: {rule}", raises)
+            return _verdict(False, f"{name}: not yet: {_shown_as_written(got)} is {meaning}. {rule}", raises)
+    return _verdict(False, f"{name}: not yet: you wrote {_shown_as_written(got)}, the right value is {want}: {rule}",
+                    raises)
+
+
+def _shown_as_written(got) -> str:
+    """A prediction as the student wrote it (``str``: 0.5, [1, 2]), or its type where that raises."""
+    try:
+        return str(got)
+    except Exception:  # noqa: BLE001
+        return _said(got)
 
 
 def _tiny(seed: int = 0, **overrides) -> TransformerXL:

@@ -9,8 +9,8 @@ import torch
 
 from txl_minimal.model import TXLConfig, attention_mask
 from txl_minimal.tutorial.analysis import capture_layer_inputs, position_bias
-from txl_minimal.tutorial.exercises.checking import (_NotNumbers, _check, _same, _tiny, _verdict, _visible, case_seed,
-                                                     checker, seed_cpu)
+from txl_minimal.tutorial.exercises.checking import (_check, _same, _tiny, _verdict, _visible, case_seed, checker,
+                                                     seed_cpu)
 from txl_minimal.variants import ShawAttn
 
 
@@ -200,7 +200,7 @@ def check_query_position_curve(answer: Optional[Callable], *, settings: Sequence
                 if got is None or _same(got, want, tol):
                     continue
                 named = [why for value, why in known if _same(got, value, tol)]
-            except _NotNumbers:  # text, a set, ...: _check below says what the answer is
+            except Exception:  # noqa: BLE001 (text, a set, an unreadable object: _check below says what it is)
                 break
             if named:
                 return _verdict(False, f"check_query_position_curve: not yet: {where}: {named[0]}.", raises)

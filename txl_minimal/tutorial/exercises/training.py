@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 from txl_minimal.model import TransformerXL, TXLConfig
 from txl_minimal.train import TrainConfig, lr_at
-from txl_minimal.tutorial.exercises.checking import _check, _check_prediction, _same, _verdict, checker
+from txl_minimal.tutorial.exercises.checking import _check, _check_prediction, _said, _same, _verdict, checker
 
 LR_PREDICTION = dict(warmup_steps=100, max_steps=500, steps=[50, 300, 400])  # 04, exercise 1: the rates to predict
 
@@ -132,7 +132,7 @@ def check_param_count(answer: Optional[Callable], *, settings: Sequence[dict] = 
             except Exception:  # _check below reports it
                 break
             if named:
-                return _verdict(False, f"check_param_count: not yet: {where}: {got!r}, expected {want}: {named[0]}.",
-                                raises)
+                return _verdict(False, f"check_param_count: not yet: {where}: {_said(got)}, expected {want}: "
+                                       f"{named[0]}.", raises)
             break
     return _check("check_param_count", answer, cases, tol=tol, raises=raises)
