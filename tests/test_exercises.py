@@ -475,8 +475,9 @@ def test_query_position_curve_with_v_from_r_r_bias_names_model_uv(where, capsys)
 
     assert exercises.check_query_position_curve(answer) is False
     out = capsys.readouterr().out
-    assert "model.uv(layer)" in out and ("untie_r=True raised TypeError" if where == "model" else "AttributeError") in out
-    assert exercises.check_query_position_curve(lambda *args: {}["x"]) is False  # another bug: no word on model.uv
+    said = "untie_r=True raised TypeError" if where == "model" else "raised AttributeError"
+    assert "model.uv(layer)" in out and said in out
+    assert exercises.check_query_position_curve(lambda *args: {}["x"]) is False  # another bug: no model.uv
     assert "model.uv" not in capsys.readouterr().out
 
 
