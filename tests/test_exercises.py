@@ -126,9 +126,10 @@ WRONG_PREDICTIONS = [  # (checker, a wrong prediction, a phrase the message must
     (exercises.check_entropy_prediction, [1, 1], "0.4444"),
     (exercises.check_entropy_prediction, [0.444], "expected 2"),
     (exercises.check_span_mask_prediction, [1, 0, 0, 0], "hard mask"),
-    (exercises.check_span_mask_prediction, [0, 0.5, 1, 1], "rising"),
-    (exercises.check_span_mask_prediction, [1, 0.75, 0.25, 0], "[1.0, 0.5, 0.0, 0.0]"),
-    (exercises.check_span_mask_prediction, [1, 0.5, 0], "expected 4"),
+    (exercises.check_span_mask_prediction, [0, 0.2, 0.8, 1], "rising"),
+    (exercises.check_span_mask_prediction, [1, 0.3, 0, 0], "centred on z"),  # the ramp from z - ρ/2 to z + ρ/2
+    (exercises.check_span_mask_prediction, [1, 0.5, 0, 0], "[1.0, 0.8, 0.2, 0.0]"),  # section 4's z = 20, ρ = 16
+    (exercises.check_span_mask_prediction, [1, 0.8, 0.2], "expected 4"),
     (exercises.check_memory_gain_prediction, (0.125, solutions.memory_gain_prediction()[1]), "share of the characters"),
     (exercises.check_memory_gain_prediction, (0.7, "neither"), "can be told apart"),  # the direction is judged
     (exercises.check_memory_gain_prediction, (0.7, "text8"), "it is not text8"),
@@ -470,6 +471,25 @@ def test_query_position_curve_with_u_for_v_is_named(capsys):
             .view(max_dist + 1, model.cfg.n_head, model.cfg.d_head))
     assert exercises.check_query_position_curve(with_u) is False
     assert "u in place of v" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("where", ["model", "layer"])
+def test_query_position_curve_with_v_from_r_r_bias_names_model_uv(where, capsys):
+    """02, exercise 2: v taken from model.r_r_bias (as notebook 00 does) is None for the checker's untie_r
+    case, and a layer's dec_attn has no r_r_bias without untie_r: the checker says so and names model.uv."""
+    def answer(model, layer, h, max_dist):
+        att = model.layers[layer].dec_attn
+        v = model.r_r_bias if where == "model" else att.r_r_bias
+        q = att.qkv_net(h).chunk(3)[0].view(att.n_head, att.d_head)
+        r = att.r_net(model.pos_emb(torch.arange(max_dist + 1.0))).view(max_dist + 1, att.n_head, att.d_head)
+        return ((q + v) * r).sum(-1).T
+
+    assert exercises.check_query_position_curve(answer) is False
+    out = capsys.readouterr().out
+    said = "untie_r=True raised TypeError" if where == "model" else "raised AttributeError"
+    assert "model.uv(layer)" in out and said in out
+    assert exercises.check_query_position_curve(lambda *args: {}["x"]) is False  # another bug: no model.uv
+    assert "model.uv" not in capsys.readouterr().out
 
 
 def test_the_gain_by_class_checker_names_the_character_read_instead_of_the_one_predicted(capsys):

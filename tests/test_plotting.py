@@ -88,3 +88,49 @@ def test_recall_curves_keep_equal_accuracies_apart_and_off_the_frame():
     assert all(text.xy[1] == 1.0 and text.xycoords[1] == "axes fraction" for text in ax.texts)  # names above it
     assert plotting.readability_problems(fig) == []
     plt.close(fig)
+
+
+def _contrast(a, b) -> float:
+    """WCAG's contrast ratio of two colours: 1 (the same) to 21 (black on white)."""
+    hi, lo = sorted((plotting._luminance(a), plotting._luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def test_rel_shift_labels_are_large_and_contrast_with_their_cells():
+    """Notebook 02, cell 32: the q_i R_k labels were 10 pt in cells a quarter of the width each, about 9 px
+    once GitHub shows the figure 800 px wide, some light on mid-dark cells. Now: at least 14 px tall when
+    shown, and at least 7:1 (WCAG AAA) against their cell."""
+    plotting.use_readable_style()
+    fig, _ = plotting.plot_rel_shift(qlen=4, mlen=2)
+    fig.canvas.draw()
+    renderer, scale = fig.canvas.get_renderer(), plotting.SHOWN_PX / (fig.get_figwidth() * fig.dpi)
+    labels = 0
+    for ax in fig.axes:
+        faces = {(round(p.get_x()), round(p.get_y())): p.get_facecolor() for p in ax.patches}
+        for text in (t for t in ax.texts if t.get_gid() == "code"):
+            x, y = text.get_position()
+            assert text.get_window_extent(renderer).height * scale >= 14, text.get_text()
+            assert _contrast(text.get_color(), faces[(round(x - 0.5), round(y - 0.5))]) >= 7, text.get_text()
+            labels += 1
+    assert labels == 6 * 4 + 7 * 4 + 7 * 4 + 6 * 4  # every cell of the four stages
+    assert fig.get_figwidth() <= plotting.WIDTH and plotting.readability_problems(fig) == []
+    plt.close(fig)
+
+
+def test_a_zoom_panel_redraws_the_curves_in_its_range_with_the_axis_labels():
+    """Notebooks 04 and 06: a zoom is read on its own, with a y scale of its own: it carries its y label."""
+    fig, (ax, zx) = plt.subplots(1, 2, figsize=(plotting.WIDTH, 3))
+    ax.plot([1, 2, 4, 8, 16], [5.0, 3.0, 2.0, 1.9, 1.85], "o-", color="C1", label="a")
+    ax.axvline(4, color="grey")  # not a curve: left out of the zoom
+    ax.set(xscale="log", xlabel="context c", ylabel="bits per character")
+    ax.set_xscale("log", base=2)
+    assert plotting.zoom_panel(ax, zx, "zoom", (4, 16), ylim=(1.8, 2.1)) is zx
+    (line,) = zx.get_lines()
+    assert line.get_xdata().tolist() == [4, 8, 16] and line.get_color() == "C1" and line.get_marker() == "o"
+    assert (zx.get_xlabel(), zx.get_ylabel(), zx.get_title()) == ("context c", "bits per character", "zoom")
+    assert zx.get_xscale() == "log" and zx.xaxis.get_transform().base == 2 and zx.get_ylim() == (1.8, 2.1)
+    with pytest.raises(ValueError, match="low < high"):
+        plotting.zoom_panel(ax, zx, "zoom", (16, 4))
+    with pytest.raises(ValueError, match="no point"):
+        plotting.zoom_panel(ax, zx, "zoom", (100, 200))
+    plt.close(fig)

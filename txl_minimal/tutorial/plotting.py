@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from matplotlib.axes import Axes
+from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
 from .. import validation
@@ -245,10 +246,27 @@ def _decode(code: float) -> tuple[Optional[int], Optional[int]]:
     return code // 100 - 1, code % 100
 
 
+CODE_PT = 13  # points: the q_i R_k labels of plot_rel_shift (their subscripts are drawn ~30% smaller)
+CODE_CELL = 0.56  # inches: a cell of plot_rel_shift's tables, wide enough for a label of CODE_PT
+
+
+def _ink(face) -> str:
+    """Black or white: whichever contrasts more with the colour ``face`` (WCAG's relative luminance)."""
+    lum = _luminance(face)
+    return "black" if (lum + 0.05) / 0.05 >= 1.05 / (lum + 0.05) else "white"
+
+
+def _luminance(color) -> float:
+    """WCAG's relative luminance of a matplotlib colour: 0 (black) to 1 (white)."""
+    linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in to_rgb(color)]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
 def _draw_codes(ax: Axes, m: np.ndarray, title: str, valid: Optional[np.ndarray] = None,
                 klen: int = 10, struck_rows: Sequence[int] = (), xlabel: str = "column",
                 ylabel: str = "row") -> None:
-    """A table: each cell labelled q_i R_k (query i, distance k) and coloured by k; pads white; invalid grey."""
+    """A table: each cell labelled q_i R_k (query i, distance k) and coloured by k (light, for a label in the
+    ink that contrasts more with it); pads white; invalid grey."""
     rows, cols = m.shape
     cmap = plt.get_cmap("viridis")
     for a in range(rows):
@@ -256,15 +274,16 @@ def _draw_codes(ax: Axes, m: np.ndarray, title: str, valid: Optional[np.ndarray]
             i, k = _decode(m[a, b])
             if i is None:
                 face, text = "white", "0"
-            else:
-                face, text = cmap(0.15 + 0.7 * k / max(1, klen - 1)), f"$q_{i}R_{k}$"
+            else:  # viridis by k, halfway to white: black text reads on every cell
+                face = 0.5 + 0.5 * np.array(cmap(0.15 + 0.7 * k / max(1, klen - 1))[:3])
+                text = f"$q_{i}R_{k}$"
             bad = valid is not None and not valid[a, b]
             if bad:
                 face = "#d0d0d0"
             ax.add_patch(plt.Rectangle((b, a), 1, 1, facecolor=face, edgecolor="black", lw=0.6,
                                        hatch="//" if bad else None))
-            color = "black" if (i is None or bad or k > (klen - 1) / 2) else "white"
-            ax.text(b + 0.5, a + 0.5, text, ha="center", va="center", fontsize=SMALL, color=color)
+            ax.text(b + 0.5, a + 0.5, text, ha="center", va="center", fontsize=CODE_PT, color=_ink(face),
+                    gid="code")
     for a in struck_rows:
         ax.plot([0, cols], [a + 0.5, a + 0.5], color="red", lw=2)
     ax.set_xlim(0, cols)
@@ -272,7 +291,7 @@ def _draw_codes(ax: Axes, m: np.ndarray, title: str, valid: Optional[np.ndarray]
     ax.set_xticks(np.arange(cols) + 0.5, [str(c) for c in range(cols)], fontsize=SMALL)
     ax.set_yticks(np.arange(rows) + 0.5, [str(c) for c in range(rows)], fontsize=SMALL)
     ax.set_aspect("equal")
-    ax.set_title(title, fontsize=SMALL)
+    ax.set_title(title, fontsize=SMALL + 1)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
 
@@ -281,8 +300,9 @@ def plot_rel_shift(qlen: int = 4, mlen: int = 2) -> tuple[Figure, dict[str, torc
     """The pad -> view -> slice of ``rel_shift`` on a labelled (qlen, qlen+mlen) matrix.
 
     Cell labels read "q_i R_k": query i scored against the encoding of distance
-    k. Returns the figure and the stages (see ``analysis.rel_shift_stages``),
-    whose entries are codes 100 (i+1) + k (0 = padding).
+    k. Two stages a row, cells large enough for labels that stay readable at the
+    width GitHub shows a figure. Returns the figure and the stages (see
+    ``analysis.rel_shift_stages``), whose entries are codes 100 (i+1) + k (0 = padding).
     """
     qlen, mlen = count(qlen, "qlen", "plot_rel_shift"), count(mlen, "mlen", "plot_rel_shift", 0)
     klen = qlen + mlen
@@ -290,9 +310,22 @@ def plot_rel_shift(qlen: int = 4, mlen: int = 2) -> tuple[Figure, dict[str, torc
         raise ValueError("plot_rel_shift is for small matrices (klen < 100)")
     st = rel_shift_stages(_code_matrix(qlen, klen))
     causal = (torch.arange(klen)[None, :] <= torch.arange(qlen)[:, None] + mlen).numpy()
-    fig, axes = plt.subplots(1, 4, figsize=(WIDTH, 3.6),
-                             gridspec_kw=dict(width_ratios=[klen, klen + 1, qlen, klen]))
-    _draw_codes(axes[0], _np(st["input"]), "1. $(q_i+v)^\\top W_{k,R} R$:\ncolumn c holds $R_{klen-1-c}$",
+    left, gap, top, below, title = 0.65, 0.5, 0.45, 0.65, 0.6  # inches: tick labels and axis label, ...
+    cell = min(CODE_CELL, (WIDTH - 2 * left - gap - 0.2) / (2 * klen + 1))  # the wider row (stages 1, 2) fits
+    height = top + 2 * (title + below) + 0.25 + cell * (qlen + klen + 1)
+    fig = plt.figure(figsize=(WIDTH, height))
+    rows = [[(klen, qlen), (klen + 1, qlen)], [(qlen, klen + 1), (klen, qlen)]]  # (columns, rows) of each stage
+    axes, y = [], height - top
+    for row in rows:
+        tallest = max(r for _, r in row)
+        y -= title + tallest * cell
+        x = (WIDTH - sum(left + c * cell for c, _ in row) - gap) / 2
+        for c, r in row:
+            axes.append(fig.add_axes(((x + left) / WIDTH, (y + (tallest - r) * cell) / height,
+                                      c * cell / WIDTH, r * cell / height)))
+            x += left + c * cell + gap
+        y -= below
+    _draw_codes(axes[0], _np(st["input"]), "1. $(q_i+v)^\\top W_{k,R} R$: column c holds $R_{klen-1-c}$",
                 klen=klen, xlabel="column c", ylabel="query i")
     _draw_codes(axes[1], _np(st["padded"]), "2. pad one zero column", klen=klen,
                 xlabel="column", ylabel="query i")
@@ -300,9 +333,53 @@ def plot_rel_shift(qlen: int = 4, mlen: int = 2) -> tuple[Figure, dict[str, torc
                 klen=klen, struck_rows=[0], xlabel="column", ylabel="row")
     _draw_codes(axes[3], _np(st["shifted"]), "4. view as (qlen, klen):\ncell (i, j) holds $R_{mlen+i-j}$",
                 valid=causal, klen=klen, xlabel="key j", ylabel="query i")
-    fig.suptitle(f"rel_shift, qlen={qlen}, mlen={mlen}: hatched = future keys (masked anyway)")
-    fig.tight_layout()
+    fig.suptitle(f"rel_shift, qlen={qlen}, mlen={mlen}: hatched = future keys (masked anyway)",
+                 y=1 - 0.12 / height, va="top")
     return fig, st
+
+
+def zoom_panel(main: Axes, zoom: Axes, title: str, x_range: tuple[float, float],
+               ylim: Optional[tuple[float, float]] = None, lines: Optional[Sequence] = None) -> Axes:
+    """Redraw the curves of ``main`` (or ``lines``, some of them) in ``zoom``, keeping the points whose x
+    lies in ``x_range``: the same colours, markers and axis scales, and ``main``'s axis labels, since a
+    zoom is read on its own and its y scale is not ``main``'s. ``ylim``: the zoom's y range (default:
+    the kept points, with margins).
+
+    Returns:
+        ``zoom``, titled ``title``, with a light grid.
+
+    Examples:
+        >>> fig, (ax, zx) = plt.subplots(1, 2)
+        >>> _ = ax.plot([1, 2, 4, 8], [5.0, 2.0, 1.9, 1.85], "o-")
+        >>> _ = ax.set_ylabel("bits per character")
+        >>> zoom_panel(ax, zx, "zoom: 2 and more", (2, 8)).get_ylabel()
+        'bits per character'
+        >>> plt.close(fig)
+    """
+    lo, hi = x_range
+    if not lo < hi:
+        raise ValueError(f"zoom_panel: x_range must be (low, high) with low < high, got {x_range!r}")
+    curves = [line for line in main.get_lines() if line.get_transform() is main.transData] if lines is None \
+        else list(lines)
+    kept = 0
+    for line in curves:
+        x, y = np.asarray(line.get_xdata(), dtype=float), np.asarray(line.get_ydata(), dtype=float)
+        inside = (x >= lo) & (x <= hi)
+        kept += int(inside.sum())
+        zoom.plot(x[inside], y[inside], color=line.get_color(), ls=line.get_linestyle(), lw=line.get_linewidth(),
+                  marker=line.get_marker(), ms=line.get_markersize(), alpha=line.get_alpha())
+    if not kept:
+        raise ValueError(f"zoom_panel: no point of the curves lies in x_range {x_range!r}: widen it")
+    for axis, set_scale in ((main.xaxis, zoom.set_xscale), (main.yaxis, zoom.set_yscale)):
+        scale = axis.get_scale()
+        set_scale(scale, **({"base": axis.get_transform().base} if scale == "log" else {}))
+    zoom.set_xlabel(main.get_xlabel())
+    zoom.set_ylabel(main.get_ylabel())
+    if ylim is not None:
+        zoom.set_ylim(*ylim)
+    zoom.set_title(title)
+    zoom.grid(alpha=0.3)
+    return zoom
 
 
 # ----------------------------------------------------------------------------- recurrence

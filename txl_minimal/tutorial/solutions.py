@@ -272,19 +272,20 @@ def relative_gain(losses: dict, r: float) -> dict:
 
 # -- 07 · Ablations and adaptive span -----------------------------------------------------
 
-# Exercise 1's prediction, z = 20, R = 16: 1 up to x = 20; (16 + 20 - 28) / 16 = 0.5; 0 from x = 36 on.
-SPAN_MASK_PREDICTION = [1.0, 0.5, 0.0, 0.0]  # at x = 10, 28, 36, 40
+# Exercise 1's prediction, z = 50, ρ = 20: 1 up to k = 50; (20 + 50 - 54) / 20 = 0.8; (20 + 50 - 66) / 20 = 0.2;
+# 0 from k = 70 on.
+SPAN_MASK_PREDICTION = [1.0, 0.8, 0.2, 0.0]  # at k = 30, 54, 66, 75
 
 
 def span_mask(dist: torch.Tensor, z: torch.Tensor, ramp: int) -> torch.Tensor:
-    """1 up to distance z, 0 beyond z + R, linear in between; one mask per head."""
+    """1 up to distance z, 0 beyond z + ρ, linear in between; one mask per head."""
     return ((ramp + z.view(-1, *[1] * dist.dim()) - dist) / ramp).clamp(0.0, 1.0)
 
 
 def span_memory(spans: torch.Tensor, ramp: int, mem_len: int) -> int:
-    """A head weights distance x only if x < z + R, and memory position k is at distance k from
-    the segment's first query: the layer needs ceil(max z + R) - 1 positions (at most M); the checker
-    also accepts ceil(max z + R), what ``SpanAttn.trim_memory`` keeps."""
+    """A head weights distance k only if k < z + ρ, and memory position k is at distance k from
+    the segment's first query: the layer needs ceil(max z + ρ) - 1 positions (at most M); the checker
+    also accepts ceil(max z + ρ), what ``SpanAttn.trim_memory`` keeps."""
     return min(mem_len, math.ceil(float(spans.max()) + ramp) - 1)
 
 

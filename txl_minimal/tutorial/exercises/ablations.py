@@ -16,10 +16,10 @@ from txl_minimal.variants import SpanAttn, span_mask
 def check_span_mask(answer: Optional[Callable], *, settings: Sequence[tuple] = (
         ([3.0], 2), ([0.0, 5.5, 20.0], 4), ([10.0, 1.0], 32)), seed: Optional[int] = None,
         tol: Optional[float] = None, raises: Optional[bool] = None) -> Optional[bool]:
-    """Check adaptive span's soft mask m_z(x) = clamp((R + z - x) / R, 0, 1) (notebook 07, exercise 1).
+    """Check adaptive span's soft mask μ_z(k) = clamp((ρ + z - k) / ρ, 0, 1) (notebook 07, exercise 1).
 
     ``answer(dist, z, ramp)``: distances (any shape; here (4, 6), 0 .. 23), spans z (n_head,) ->
-    (n_head, *dist.shape); compared with ``variants.span_mask``. ``settings``: the (spans, ramp R)
+    (n_head, *dist.shape); compared with ``variants.span_mask``. ``settings``: the (spans, ramp ρ)
     tried; ``seed``, ``tol``, ``raises``: as in ``grading`` (nothing is drawn at random).
 
     Returns:
@@ -40,16 +40,18 @@ def check_span_mask(answer: Optional[Callable], *, settings: Sequence[tuple] = (
     return _check("check_span_mask", answer, cases, tol=tol, raises=raises)
 
 
-SPAN_PREDICTION = dict(z=20.0, ramp=16, dist=[10, 28, 36, 40])  # 07, exercise 1: the values to predict
+SPAN_PREDICTION = dict(z=50.0, ramp=20, dist=[30, 54, 66, 75])  # 07, exercise 1: a setting section 4 does not draw
 
 
 @checker
 def check_span_mask_prediction(prediction, *, tol: Optional[float] = None,
                                raises: Optional[bool] = None) -> Optional[bool]:
-    """Check a prediction of m_z(x) for z = 20, R = 16 at x = 10, 28, 36, 40 (notebook 07, exercise 1).
+    """Check a prediction of μ_z(k) for z = 50, ρ = 20 at k = 30, 54, 66, 75 (notebook 07, exercise 1).
 
     ``prediction``: a list of four numbers, computed with ``variants.span_mask``, within ``tol``
-    (default 0.02). A misreading (a hard mask, a rising one) is named. ``raises``: as in ``grading``.
+    (default 0.02). A misreading (a hard mask, a rising one, a ramp centred on z) is named. The
+    setting is not section 4's figure (z = 20 and 70, ρ = 16): the formula is read, not the plot.
+    ``raises``: as in ``grading``.
 
     Returns:
         True (right), False (wrong: the misreading or the right values with the rule) or None (not attempted),
@@ -63,11 +65,13 @@ def check_span_mask_prediction(prediction, *, tol: Optional[float] = None,
     """
     z, ramp, dist = SPAN_PREDICTION["z"], SPAN_PREDICTION["ramp"], SPAN_PREDICTION["dist"]
     want = [round(float(m), 6) for m in span_mask(torch.tensor(dist, dtype=torch.float64), torch.tensor([z]), ramp)[0]]
+    centred = [min(max((z + ramp / 2 - k) / ramp, 0.0), 1.0) for k in dist]  # the ramp from z - ρ/2 to z + ρ/2
     return _check_prediction("check_span_mask_prediction", prediction, want,
                              f"The mask is 1 up to distance k = z = {z:g}, then (ρ + z - k) / ρ down to 0 at "
                              f"k = z + ρ = {z + ramp:g}: {want}",
                              known=[([1.0, 0.0, 0.0, 0.0], "a hard mask at z: the ramp makes the fall linear over ρ"),
-                                    ([0.0, 0.5, 1.0, 1.0], "a mask rising with the distance: it falls")],
+                                    ([1.0 - m for m in want], "a mask rising with the distance: it falls"),
+                                    (centred, "a ramp centred on z: it starts at z and ends at z + ρ")],
                              tol=0.02 if tol is None else tol, raises=raises)
 
 
@@ -89,11 +93,11 @@ def check_span_memory(answer: Optional[Callable], *, settings: Sequence[tuple] =
 
     ``answer(spans, ramp, mem_len)`` -> the count, capped at ``mem_len``. Memory position k = 1 .. M
     counts back from the segment: k = 1 is the key just before the first query, at distance k from
-    it (farther from every later query), and a head with span z weights distance x only if
-    x < z + R (``variants.span_mask`` > 0). Two counts are right: the farthest position some head
-    weights, ceil(max z + R) - 1, and what ``SpanAttn.trim_memory`` keeps (notebook 07, section 6),
-    ceil(max z + R), one more, whose weight is 0 for every head (a reader who counts k from 0 gets it
-    too). ``settings``: the (span fractions of the largest span, ramp R, mem_len) tried; ``seed``,
+    it (farther from every later query), and a head with span z weights distance k only if
+    k < z + ρ (``variants.span_mask`` > 0). Two counts are right: the farthest position some head
+    weights, ceil(max z + ρ) - 1, and what ``SpanAttn.trim_memory`` keeps (notebook 07, section 6),
+    ceil(max z + ρ), one more, whose weight is 0 for every head (a reader who counts k from 0 gets it
+    too). ``settings``: the (span fractions of the largest span, ramp ρ, mem_len) tried; ``seed``,
     ``tol``, ``raises``: as in ``grading`` (nothing is drawn at random; counts are exact).
 
     Returns:

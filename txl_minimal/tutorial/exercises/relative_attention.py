@@ -18,7 +18,7 @@ from txl_minimal.variants import ShawAttn
 def check_shaw_score(answer: Optional[Callable], *, settings: Sequence[tuple] = ((3, 0, 8), (4, 3, 2), (5, 6, 4)),
                      seed: Optional[int] = None, tol: Optional[float] = None,
                      raises: Optional[bool] = None) -> Optional[bool]:
-    """Check Shaw et al.'s positional score q_i . a_{min(d, D)} (notebook 02, exercise 1).
+    """Check Shaw et al.'s positional score q_i . R^_{min(d, D)}, R^ the learned table (notebook 02, exercise 1).
 
     ``answer(q, table, klen)``: q (B, H, qlen, d_head), table (D + 1, d_head) -> (B, H, qlen, klen), the
     score of distance d = klen - qlen + i - j at every visible (i, j); compared with
@@ -139,6 +139,10 @@ def check_position_bias(answer: Optional[Callable], *, settings: Sequence[tuple]
     return _check("check_position_bias", answer, cases, tol=tol, raises=raises)
 
 
+_UV_HINT = ("If it reads v from an r_r_bias: model.r_r_bias is None with untie_r=True (each layer has its own u, v), "
+           "and a layer's dec_attn holds none without it; model.uv(layer) returns (u, v) in both cases")
+
+
 @checker
 def check_query_position_curve(answer: Optional[Callable], *, settings: Sequence[tuple] = (
         (0, False, 0, 0), (1, False, 5, 0), (1, True, 3, 20)), seed: Optional[int] = None, tol: Optional[float] = None,
@@ -149,9 +153,10 @@ def check_query_position_curve(answer: Optional[Callable], *, settings: Sequence
     the query q = W_q h of one input row h (d_model,) of ``model.layers[layer]``. Compared with the
     model's own (b) + (d) (``out.terms``) at the distances its query sees, and with W_k,R R_k read
     off ``r_net`` beyond them. A curve that one misreading explains ((d) or (b) alone, u for v, the
-    distances reversed) is named. ``settings``: (layer, untie_r, query i, distances beyond the
-    keys) tried on a two-layer model; ``seed``: which model and text (0: the notebooks');
-    ``tol``, ``raises``: as in ``grading``.
+    distances reversed) is named, and so is an answer that fails on ``model.r_r_bias`` (None with
+    ``untie_r``: ``model.uv``). ``settings``: (layer, untie_r, query i, distances beyond the keys)
+    tried on a two-layer model; ``seed``: which model and text (0: the notebooks'); ``tol``,
+    ``raises``: as in ``grading``.
 
     Returns:
         True (right), False (wrong: the first setting that differs, and the misreading) or None (not
@@ -194,6 +199,12 @@ def check_query_position_curve(answer: Optional[Callable], *, settings: Sequence
         for (args, want, where), known in zip(cases, misread):
             try:
                 got = answer(*args)
+            except (TypeError, AttributeError) as e:  # v read where this model keeps none: name model.uv
+                said = str(e)
+                if not ("r_r_bias" in said or "r_w_bias" in said or ("NoneType" in said and args[0].cfg.untie_r)):
+                    break
+                return _verdict(False, f"check_query_position_curve: not yet: {where} raised {type(e).__name__}: "
+                                       f"{said}. {_UV_HINT}", raises)
             except Exception:  # _check below reports it
                 break
             try:
