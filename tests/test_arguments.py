@@ -263,7 +263,7 @@ def test_float_ids_are_refused_saying_how_they_would_be_read():
     said(lambda: Corpus("mine", np.array([4.99, 1.0] * 20), STREAM, STREAM), "Corpus 'mine''s train split",
          "4.99 would be read as 4")
     said(lambda: LMOrderedIterator(["a", "b"] * 20, 2, 4), "strings", "text must be encoded first")  # was numpy.str_
-    said(lambda: Corpus("mine", STREAM, STREAM.reshape(2, -1), STREAM), "valid split must be 1-D")
+    said(lambda: Corpus("mine", STREAM, STREAM.reshape(2, -1), STREAM), "valid split must be one stream")
 
 
 # (entry, call(model, ids)) over rows of ids (batch, seq)

@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from txl_minimal.tutorial.exercises.checking import _check, _same, _verdict, case_seed, checker, not_attempted
+from txl_minimal.tutorial.exercises.checking import (_check, _said, _same, _unreadable, _verdict, case_seed, checker,
+                                                    not_attempted)
 from txl_minimal.tutorial import memory_gain
 from txl_minimal.tutorial.solutions import gain_by_class
 
@@ -44,14 +45,16 @@ def check_memory_gain_prediction(prediction, *, tol: Optional[float] = None,
     if prediction is None or prediction is ...:
         return not_attempted(name, raises)
     form = 'write (share, more): a number in [0, 1] and "code", "text8" or "neither", e.g. (0.3, "code")'
-    try:
+    try:  # whatever a student wrote: read, or said back in words (a checker never raises)
         share, more = prediction
+        if np.iscomplexobj(share):
+            raise TypeError("a complex share")  # (float() would keep its real part, with only a warning)
         share = float(share)
-    except (TypeError, ValueError, OverflowError):
-        return _verdict(False, f"{name}: not yet: {form}; got {prediction!r}", raises)
-    more = more.strip().lower() if isinstance(more, str) else more
+    except Exception as e:  # noqa: BLE001 (an answer whose __iter__ or __float__ raises is a wrong answer)
+        return _verdict(False, f"{name}: not yet: {form}; got {_said(prediction)} ({_unreadable(e)})", raises)
+    more = more.strip().lower() if isinstance(more, str) else None
     if not math.isfinite(share) or more not in ("code", "text8", "neither"):
-        return _verdict(False, f"{name}: not yet: {form}; got {prediction!r}", raises)
+        return _verdict(False, f"{name}: not yet: {form}; got {_said(prediction)}", raises)
     results = memory_gain.load()
     shares, (verdict, diff, se) = memory_gain.start_shares(results), memory_gain.past_start_verdict(results)
     tol = 0.15 if tol is None else tol
