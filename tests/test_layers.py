@@ -51,7 +51,7 @@ ALLOWED = {
     "safetensors_io": {"utils"},  # the shipped weights' format, without pickle
     "tasks": {"model", "utils", "safetensors_io", "validation"},  # the recall stream and its models
     "reference": {"model"},  # the naive key-by-key model the tests trust (it reads model.py's sinusoid_table)
-    "checkpoint": {"model", "data", "utils", "safetensors_io", "validation"},
+    "checkpoint": {"model", "data", "utils", "safetensors_io", "validation", "machine"},
     "segments": {"model", "checkpoint", "validation", "provenance"},  # read_segments; does a segment fit
     "evaluate": {"model", "data", "corpora", "files", "utils", "cli", "checkpoint", "validation", "fast",
                  "provenance",
@@ -77,7 +77,9 @@ ALLOWED = {
     "tutorial.context": {"model", "data", "utils", "evaluate", "stats", "validation"},
     "tutorial.analysis": {"model", "data", "utils", "evaluate", "validation"},
     "tutorial.attention_maps": {"model", "data", "utils", "evaluate", "provenance", "tutorial.analysis", "validation"},
-    "tutorial.plotting": {"tutorial.analysis", "validation"},
+    "tutorial.figure_style": {"validation"},  # what every figure shares: readable sizes, checks, the heatmaps
+    "tutorial.plotting_memory": {"validation", "tutorial.figure_style"},  # attention over memory (05, 09)
+    "tutorial.plotting": {"tutorial.analysis", "validation", "tutorial.figure_style", "tutorial.plotting_memory"},
     # the notebooks' checkers: one module per notebook over the machinery they share (checking)
     "tutorial.exercises.checking": {"model", "validation"},
     "tutorial.exercises.build": {"model", "tutorial.exercises.checking"},
@@ -134,7 +136,7 @@ def package_imports(module: str) -> set[str]:
 
 def test_package_imports_reads_relative_and_absolute_imports():
     assert package_imports("tutorial.analysis") >= {"model", "data", "evaluate"}  # from ..model import
-    assert package_imports("tutorial.plotting") == {"tutorial.analysis", "validation"}  # from .analysis, from .. import
+    assert package_imports("tutorial.plotting_memory") == {"validation", "tutorial.figure_style"}  # from .., from .x
     assert package_imports("tutorial.exercises.context_usage") >= {"tutorial.context",  # from txl_minimal...
                                                                    "tutorial.exercises.checking"}
     assert "variants" in package_imports("__init__")  # from . import variants

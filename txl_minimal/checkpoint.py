@@ -1,6 +1,7 @@
 """Checkpoints: atomic save with a checksum, safe load with a config check, the model one
-describes, the RNG state that makes a resumed run bit-exact, where the shipped models live,
-and the authors' parameter names (``official_state_dict``, ``load_official_state_dict``).
+describes, where the shipped models live, and the authors' parameter names (``official_state_dict``,
+``load_official_state_dict``).
+The RNG state that makes a resumed run bit-exact is machine.py's (``rng_state``; imported here too).
 
 A training checkpoint (``train.py``: a run's ckpt.pt, its last state) holds ``format``, ``model``,
 ``optimizer``, ``scheduler``, ``scaler``, ``model_config``, ``train_config``, ``choice`` (the
@@ -27,17 +28,16 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import random
 import re
 import warnings
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import torch
 
 from txl_minimal.data import VOCAB, WORD_CORPORA
 from txl_minimal import validation
+from txl_minimal.machine import rng_state, set_rng_state  # noqa: F401 (moved to machine.py; imported from here too)
 from txl_minimal.model import TransformerXL, TXLConfig
 from txl_minimal.safetensors_io import file_format, load_file, to_bytes
 from txl_minimal.utils import (atomic_write, check_device, check_shipped, non_finite, refuse_empty_path,
@@ -592,32 +592,3 @@ def checkpoint_file(target: str | Path, last: bool = False) -> Path:
                                 "a run directory holding ckpt.pt or best.pt, or a checkpoint file. "
                                 "Fix: pass the --out directory of a training run, a checkpoint file or a shipped name.")
     return path
-
-
-def rng_state(device: Optional[torch.device | str] = None) -> dict:
-    """This process's RNG states (torch, CUDA, numpy, python) as CPU tensors and plain lists, so
-    that a checkpoint holding them still loads with weights_only=True. CUDA's is the generator of
-    ``device`` when it is a GPU (the one training draws from), else of the current GPU."""
-    keys, pos, has_gauss, gauss = np.random.get_state()[1:]
-    version, py_state, py_gauss = random.getstate()
-    state = dict(torch=torch.get_rng_state(),
-                 numpy=dict(keys=torch.from_numpy(keys.astype(np.int64)), pos=pos,
-                            has_gauss=has_gauss, gauss=gauss),
-                 python=dict(version=version, state=list(py_state), gauss=py_gauss))
-    if torch.cuda.is_available():
-        gpu = torch.device(device) if device is not None and torch.device(device).type == "cuda" else "cuda"
-        state["cuda"] = torch.cuda.get_rng_state(gpu)
-    return state
-
-
-def set_rng_state(state: dict, device: Optional[torch.device | str] = None) -> None:
-    """Restore what ``rng_state(device)`` returned (CUDA only where there is a GPU). The states may
-    come from a checkpoint loaded onto a GPU: torch takes them only as CPU byte tensors."""
-    torch.set_rng_state(state["torch"].cpu())
-    if "cuda" in state and torch.cuda.is_available():
-        gpu = torch.device(device) if device is not None and torch.device(device).type == "cuda" else "cuda"
-        torch.cuda.set_rng_state(state["cuda"].cpu(), gpu)
-    n = state["numpy"]
-    np.random.set_state(("MT19937", n["keys"].cpu().numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
-    p = state["python"]
-    random.setstate((p["version"], tuple(p["state"]), p["gauss"]))

@@ -1,11 +1,12 @@
 """This machine: the device a run takes (``default_device``, ``check_device``), whether bf16 pays on
 it (``bf16_speedup``), and its seeds and CPU threads (``seed_everything``: float sums, hence printed
-numbers, depend on both)."""
+numbers, depend on both); the RNG states a checkpoint keeps for a bit-exact resume (``rng_state``)."""
 from __future__ import annotations
 
 import os
 import random
 import time
+from typing import Optional
 
 import numpy as np
 import torch
@@ -90,3 +91,32 @@ def bf16_speedup(device: str | torch.device, rows: int, cols: int, inner: int, r
         with torch.autocast(device.type, dtype=torch.bfloat16):
             return a @ b
     return fastest(lambda: a @ b) / fastest(bf16)
+
+
+def rng_state(device: Optional[torch.device | str] = None) -> dict:
+    """This process's RNG states (torch, CUDA, numpy, python) as CPU tensors and plain lists, so
+    that a checkpoint holding them still loads with weights_only=True. CUDA's is the generator of
+    ``device`` when it is a GPU (the one training draws from), else of the current GPU."""
+    keys, pos, has_gauss, gauss = np.random.get_state()[1:]
+    version, py_state, py_gauss = random.getstate()
+    state = dict(torch=torch.get_rng_state(),
+                 numpy=dict(keys=torch.from_numpy(keys.astype(np.int64)), pos=pos,
+                            has_gauss=has_gauss, gauss=gauss),
+                 python=dict(version=version, state=list(py_state), gauss=py_gauss))
+    if torch.cuda.is_available():
+        gpu = torch.device(device) if device is not None and torch.device(device).type == "cuda" else "cuda"
+        state["cuda"] = torch.cuda.get_rng_state(gpu)
+    return state
+
+
+def set_rng_state(state: dict, device: Optional[torch.device | str] = None) -> None:
+    """Restore what ``rng_state(device)`` returned (CUDA only where there is a GPU). The states may
+    come from a checkpoint loaded onto a GPU: torch takes them only as CPU byte tensors."""
+    torch.set_rng_state(state["torch"].cpu())
+    if "cuda" in state and torch.cuda.is_available():
+        gpu = torch.device(device) if device is not None and torch.device(device).type == "cuda" else "cuda"
+        torch.cuda.set_rng_state(state["cuda"].cpu(), gpu)
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].cpu().numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    p = state["python"]
+    random.setstate((p["version"], tuple(p["state"]), p["gauss"]))
