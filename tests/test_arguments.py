@@ -14,6 +14,8 @@ The checkers' hostile answers are in tests/test_careless_use.py (WRONG_KINDS: ev
 """
 from __future__ import annotations
 
+import array
+import collections
 import re
 
 import matplotlib
@@ -226,7 +228,8 @@ BAD_IDS = {"floats": [0.7, 4.99] * 30, "NumPy floats": np.array([0.7, 4.99] * 30
            torch.tensor([0.7, 4.99] * 30), "strings": ["a", "b"] * 30, "text": "the king", "a set": {1, 2, 3},
            "None": None, "bools": torch.ones(60, dtype=torch.bool)}
 GOOD_IDS = {"a list": IDS.tolist(), "a tuple": tuple(IDS.tolist()), "NumPy uint8": STREAM,
-            "NumPy uint16": STREAM.astype(np.uint16), "an int32 tensor": IDS.int()}
+            "NumPy uint16": STREAM.astype(np.uint16), "an int32 tensor": IDS.int(),
+            "a deque": collections.deque(IDS.tolist()), "an array.array": array.array("q", IDS.tolist())}
 # (entry, call(model, ids)) over a 1-D stream of ids
 STREAMS = [
     ("LMOrderedIterator", lambda m, ids: LMOrderedIterator(ids, 2, 4)),
@@ -255,6 +258,11 @@ def test_ids_of_another_kind_are_a_sentence_and_integer_ids_in_any_container_are
         said(lambda: call(m, IDS.view(2, 60)), "1-D")
     for good in GOOD_IDS.values():
         call(m, good)
+
+
+def test_a_range_of_ids_is_read_in_order():  # notebook 05 labels every character with char_labels(range(27))
+    assert am.char_labels(range(27)) == am.char_labels(list(range(27)))
+    assert as_ids(range(3)).tolist() == [0, 1, 2] and decode(range(1, 4)) == "abc"
 
 
 def test_float_ids_are_refused_saying_how_they_would_be_read():

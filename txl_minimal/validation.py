@@ -16,6 +16,7 @@ import operator
 import os
 from dataclasses import fields
 from typing import Optional
+from collections.abc import Sequence
 
 import torch
 
@@ -244,6 +245,8 @@ def token_tensor(x, what: str = "tokens", device: Optional[torch.device] = None,
     if isinstance(x, (str, bytes)):
         raise ValueError(f"{what} must be token ids, not text (got {x[:30]!r}). Fix: encode it, "
                          "txl_minimal.encode(text)" + (" (one sequence as one row: encode(text)[None])" * rows))
+    if isinstance(x, Sequence) and not isinstance(x, (list, tuple)):  # range(27), a deque, an array.array: in order
+        x = list(x)
     if isinstance(x, (set, frozenset, dict)) or not isinstance(x, (list, tuple)) and not hasattr(x, "__array__"):
         kind = type(x).__name__
         why = {"set": "a set has no order", "frozenset": "a set has no order", "dict": "a dict is not a sequence"}
