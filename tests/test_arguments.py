@@ -417,3 +417,13 @@ def test_plot_by_token_draws_bars_that_are_all_nan_as_an_empty_frame():
     fig = plotting.plot_by_token({"a": torch.full((3,), float("nan"))}, list("abc"), "y", "t")  # NaN axis limits
     assert fig.axes[0].get_ylim() == (0.0, 1.3)
     plotting.plt.close("all")
+
+
+def test_txl_threads_replaces_the_threads_a_notebook_asks_for(monkeypatch):
+    """The notebooks call seed_everything(0, threads=2); make test runs them two at a time with TXL_THREADS=1."""
+    monkeypatch.setenv("TXL_THREADS", "1")
+    assert _kept_rng(lambda: (seed_everything(0, threads=2), torch.get_num_threads())[1]) == 1
+    monkeypatch.setenv("TXL_THREADS", "two")
+    said(lambda: _kept_rng(seed_everything, 0, 2), "$TXL_THREADS", "positive integer", "unset it")
+    monkeypatch.delenv("TXL_THREADS")
+    assert _kept_rng(lambda: (seed_everything(0, threads=1), torch.get_num_threads())[1]) == 1

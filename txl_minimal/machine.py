@@ -16,9 +16,16 @@ from txl_minimal import validation
 
 def seed_everything(seed: int = 0, threads: int | None = None) -> None:
     """Seed python, numpy and torch; optionally pin torch's CPU thread count
-    (float sums, hence printed numbers, depend on it)."""
+    (float sums, hence printed numbers, depend on it). ``$TXL_THREADS``, where set, replaces ``threads``
+    (the notebooks ask for 2; the tests run them with 1, two at a time: docs/testing.md)."""
     seed = validation.count(seed, "seed", "seed_everything", 0, 2 ** 32 - 1, " (NumPy's seeds are 32-bit)")
     threads, = validation.counts("seed_everything", 1, threads=threads)
+    env = os.environ.get("TXL_THREADS", "").strip()
+    if threads is not None and env:
+        if not env.isdigit() or int(env) < 1:
+            raise ValueError(f"seed_everything: $TXL_THREADS must be a positive integer, got {env!r}. "
+                             "Fix: export TXL_THREADS=1, or unset it")
+        threads = int(env)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
