@@ -76,7 +76,8 @@ data/cache/.gensim-fetched:
 
 # The browser tests are left to `make e2e` (CI runs both), so that a browser's presence adds nothing to this.
 test: setup $(VENV)/.kernel data/cache/.gensim-fetched lint
-	$(PAR_ENV) $(PY) -m pytest -q $(PAR) $(NBVAL) notebooks --ignore=tests/e2e tests
+	$(PAR_ENV) $(PY) -m pytest -q $(PAR) --ignore=tests/e2e tests
+	$(PAR_ENV) $(PY) -m pytest -q $(PAR) $(NBVAL) notebooks
 
 test-fast: setup $(VENV)/.kernel
 	$(PAR_ENV) $(PY) -m pytest -q $(PAR) --ignore=tests/e2e tests
