@@ -26,7 +26,7 @@ def test_ci_runs_the_readme_test_command_then_the_book_and_the_browser_tests():
         ".ci/browser", "make test", "make test-min", "make book", "make e2e"]
     # make test leaves the browser tests to make e2e (its time does not depend on a browser being there)
     assert re.search(r"--ignore=tests/e2e tests\b", recipe("test"))
-    # two files at a time, one thread each: the suite under 15 minutes on two cores (docs/testing.md)
+    # two files at a time, one thread each (docs/testing.md: the suite's time)
     makefile, pins = (ROOT / "Makefile").read_text(), (ROOT / "requirements-dev.txt").read_text()
     assert "$(PAR)" in recipe("test") and re.search(r"^PAR +:= -n 2 --dist loadfile$", makefile, re.M)
     assert "TXL_THREADS=1" in makefile and "pytest-xdist==" in pins
