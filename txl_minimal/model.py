@@ -1,9 +1,6 @@
-"""Transformer-XL in one file (Dai et al., ACL 2019, arXiv:1901.02860), read top to bottom as Section 3:
-
-  3.2  segment-level recurrence      -> attention_mask, update_memory (read_segments: evaluate.py)
-  3.3  relative positional encoding  -> sinusoid_table, rel_shift (Appendix B), RelMultiHeadAttn
-  3.3  (its end) the N-layer model   -> DecoderLayer, TransformerXL
-
+"""Transformer-XL in one file (Dai et al., ACL 2019, arXiv:1901.02860), read top to bottom as Section 3: 3.2
+segment-level recurrence (attention_mask, update_memory; read_segments: segments.py), 3.3 relative positional
+encoding (sinusoid_table, rel_shift: Appendix B, RelMultiHeadAttn), the N-layer model (DecoderLayer, TransformerXL).
 The relative attention score between query i and key j:
 
   A^rel_ij = E_xi^T Wq^T Wk,E E_xj     (a) content-based addressing
@@ -13,9 +10,8 @@ The relative attention score between query i and key j:
 
 In every layer E_x is that layer's input h~ = [SG(m) o h]: (a) + (c) = (q_i + u)^T k_j and (b) + (d) =
 (q_i + v)^T W_k,R R_{i-j}; query i is key mlen + i. ``r_w_bias`` is u, ``r_r_bias`` v; ``attn_type="abs"`` is
-the vanilla baseline. Only torch is needed. In the package fast.py swaps in same-named subclasses (the same
-numbers, faster); ``model.fast_attn = False``, or a function of this file replaced at run time
-(``txl_minimal.model.rel_shift = my_rel_shift``), runs this file's code.
+the vanilla baseline. Only torch is needed. fast.py swaps in same-named subclasses (the same numbers, faster);
+``model.fast_attn = False``, or a function here replaced at run time (``model.rel_shift = f``), runs this code.
 """
 from __future__ import annotations
 
@@ -87,18 +83,15 @@ class TXLOutput:
 
     Attributes:
         logits: (B, T, vocab_size) next-token log-probabilities in nats up to a per-row constant (exact with cutoffs;
-            None in training with targets and cutoffs).
-        mems: n_layer tensors (B, <=mem_len, d_model): what entered each layer, detached, for the next segment.
+            None in training with cutoffs).
+        mems: n_layer tensors (B, <=mem_len, d_model), what entered each layer, detached: the next segment's memory.
         loss: the mean NLL in nats (+ the adaptive-span penalty) if targets are given; bpc = loss / ln 2.
         nll: (B, T) NLL of every target, in nats.
         attn: per layer (B, n_head, T, mlen + T) attention probabilities (``return_attn``).
         terms: per layer the terms before the 1/sqrt(d_head) scaling, NaN where masked (``return_terms``): "a", "b",
-            "c", "d" for "rel" (adaptive span too); "a", "b" for "shaw"; "a" for "abs" and "abs_far" (their positions
-            enter with the input).
-        rel_shift_input: per layer what rel_shift turns into (b) + (d), (q_i + v)^T W_k,R R_{klen-1-c} in column c
-            (Appendix B's B~ + D~; "shaw": q_i^T a; ``return_terms``).
-        hidden: per layer "memory" (B, mlen, d) and "input" (B, T, d), the two parts of the h~ it read, "attn" its
-            attention sub-layer's output o and "output" its h^n (``return_hidden``).
+            "c", "d" for "rel" and adaptive span; "a", "b" for "shaw"; "a" for "abs" and "abs_far".
+        rel_shift_input: per layer what rel_shift turns into (b) + (d): Appendix B's B~ + D~ (``return_terms``).
+        hidden: per layer "memory", "input" (h~'s two parts), "attn" (o) and "output" (h^n) (``return_hidden``).
     Examples:
         >>> out = load_pretrained("txl-tiny")(as_ids(encode("the cat"))[None], return_hidden=True)
         >>> out.logits.shape, len(out.mems), out.hidden[1]["input"].shape
