@@ -23,10 +23,13 @@ PIP_ARGS ?=
 # Deterministic, quiet runs: fixed thread count (notebook outputs depend on it),
 # no progress bars in compared output, headless matplotlib.
 TEST_ENV := OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 TQDM_DISABLE=1 MPLBACKEND=Agg PYTHONHASHSEED=0 TXL_CORPUS=text8-mini
-# make test: the tests and the notebooks two at a time (pytest-xdist, a file per worker), one thread each
-# (TXL_THREADS=1 replaces the notebooks' seed_everything(0, threads=2)); their outputs pass at 1 and 2 threads.
+# make test: the tests and the notebooks in one pytest session, two files at a time (pytest-xdist, a file per
+# worker), one thread each (TXL_THREADS=1 replaces the notebooks' seed_everything(0, threads=2)); their outputs
+# pass at 1 and 2 threads. Files are handed out in the order given (--no-loadscope-reorder): the three longest
+# notebooks first, so that the tests and the short notebooks fill the other worker's time.
 PAR_ENV  := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TXL_THREADS=1 TQDM_DISABLE=1 MPLBACKEND=Agg PYTHONHASHSEED=0 TXL_CORPUS=text8-mini
-PAR      := -n 2 --dist loadfile
+PAR      := -n 2 --dist loadfile --no-loadscope-reorder
+LONGEST  := notebooks/06_context_usage.ipynb notebooks/01_context_fragmentation.ipynb notebooks/03_segment_recurrence.ipynb
 NBVAL    := --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout 900
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 
@@ -76,8 +79,7 @@ data/cache/.gensim-fetched:
 
 # The browser tests are left to `make e2e` (CI runs both), so that a browser's presence adds nothing to this.
 test: setup $(VENV)/.kernel data/cache/.gensim-fetched lint
-	$(PAR_ENV) $(PY) -m pytest -q $(PAR) --ignore=tests/e2e tests
-	$(PAR_ENV) $(PY) -m pytest -q $(PAR) $(NBVAL) notebooks
+	$(PAR_ENV) $(PY) -m pytest -q $(PAR) $(NBVAL) --ignore=tests/e2e $(LONGEST) tests $(filter-out $(LONGEST),$(NOTEBOOKS))
 
 test-fast: setup $(VENV)/.kernel
 	$(PAR_ENV) $(PY) -m pytest -q $(PAR) --ignore=tests/e2e tests

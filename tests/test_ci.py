@@ -25,10 +25,15 @@ def test_ci_runs_the_readme_test_command_then_the_book_and_the_browser_tests():
     assert [line for line in lines if line.startswith(("make ", ".ci/"))] == [
         ".ci/browser", "make test", "make test-min", "make book", "make e2e"]
     # make test leaves the browser tests to make e2e (its time does not depend on a browser being there)
-    assert re.search(r"--ignore=tests/e2e tests\b", recipe("test"))
+    assert re.search(r"--ignore=tests/e2e .*\btests\b", recipe("test"))
     # two files at a time, one thread each (docs/testing.md: the suite's time)
     makefile, pins = (ROOT / "Makefile").read_text(), (ROOT / "requirements-dev.txt").read_text()
-    assert "$(PAR)" in recipe("test") and re.search(r"^PAR +:= -n 2 --dist loadfile$", makefile, re.M)
+    assert "$(PAR)" in recipe("test") and re.search(r"^PAR +:= -n 2 --dist loadfile --no-loadscope-reorder$", makefile,
+                                                    re.M)
+    # one session, files handed out in the order given: the longest notebooks, the tests, the other notebooks
+    assert recipe("test").endswith(" $(LONGEST) tests $(filter-out $(LONGEST),$(NOTEBOOKS))")
+    longest = re.search(r"^LONGEST +:= (.+)$", makefile, re.M)[1].split()
+    assert len(longest) == 3 and all((ROOT / nb).is_file() for nb in longest)
     assert "TXL_THREADS=1" in makefile and "pytest-xdist==" in pins
     assert recipe("e2e").endswith(" tests/test_book.py tests/e2e")
 
