@@ -272,7 +272,7 @@ def plot_dependency(influence: Mapping[int, object], position: int, seg_len: int
     ds = np.array(depths)
     ax2.plot(ds, [spans[d] for d in depths], "o", label="measured span", zorder=3)
     ax2.plot(ds, ds * mem_len + p, "-", color="grey", label=f"N·{mem_len} + {p}")
-    ax2.set_title("Dependency length grows as O(N·L)", fontsize=SMALL)
+    ax2.set_title(f"Dependency length: N·M + i (M = {mem_len})", fontsize=SMALL)  # O(N·L) if M = L
     ax2.set_xlabel("layers N")
     ax2.set_ylabel("span (tokens back)")
     ax2.legend(fontsize=SMALL)
