@@ -377,7 +377,7 @@ def plot_recurrence(seg_len: int, mem_len: int, n_layer: int, n_seg: int = 3) ->
     for s in range(n_seg):
         ax.axvspan(s * seg_len - 0.5, (s + 1) * seg_len - 0.5, color="C0" if s == n_seg - 1 else "grey",
                    alpha=0.08 if s == n_seg - 1 else 0.04)
-        ax.text((s + 0.5) * seg_len - 0.5, n_layer + 0.45, f"segment {s + 1}", ha="center", fontsize=SMALL)
+        ax.text((s + 0.5) * seg_len - 0.5, n_layer + 0.45, f"segment {s}", ha="center", fontsize=SMALL)  # tau from 0
     for layer in range(1, n_layer + 1):
         for t in last_seg:
             for j in np.flatnonzero(visible[t].numpy()):
