@@ -4,9 +4,10 @@
     python scripts/lstm_text.py --steps 20 --out /tmp/lstm   # smoke test
 
 The LSTM sees the same characters in the same order, for the same number of steps, as the
-txl-tiny / vanilla-tiny pair that notebook 06 compares it with (their cpu-small preset:
-batch 16, segments of 64, 5,000 steps, lr 1e-3 with 200 warm-up steps and cosine decay,
-gradients clipped to 0.25); its state is carried from segment to segment and detached
+txl-tiny / vanilla-tiny pair (their cpu-small preset: batch 16, segments of 64, 5,000 steps,
+lr 1e-3 with 200 warm-up steps and cosine decay, gradients clipped to 0.25). Notebook 06
+compares it with the cpu-base pair (txl, vanilla: segments of 128, so twice its characters in
+the same steps, lr 5e-4 with 500 warm-up steps, dropout 0.1); its state is carried from segment to segment and detached
 (truncated back-propagation through one segment). It is stored in float16, and the bpc
 in lstm.json is that of the stored weights: the whole valid and test splits read in one
 row, the state carried throughout. OUT defaults to the shipped results/lstm_text/ (notebook 06 reads
