@@ -270,6 +270,24 @@ def test_a_wrong_prediction_names_the_first_difference(capsys):
     assert "223 (int), expected 224" in capsys.readouterr().out
 
 
+def test_a_wrong_prediction_is_told_how_to_get_the_answer(capsys):
+    # the prediction checkers of 00 and 02 say how the count or the matrix comes about, not only its value
+    assert exercises.check_rel_shift_prediction([[1, 2, 3], [4, 5, 6], [7, 8, 9]]) is False
+    assert "pad a zero column first" in capsys.readouterr().out
+    assert exercises.check_shaw_far_keys(223) is False
+    assert "every distance from D on reads the table's last row" in capsys.readouterr().out
+    assert exercises.check_distinct_position_bias(255) is False
+    assert "depends on the distance i - j alone" in capsys.readouterr().out
+
+
+def test_the_span_mask_checker_tries_distances_of_every_shape(capsys):
+    # an answer written for 2-d distances only (z broadcast over two axes) is right on (4, 6) but not on a row
+    only_2d = lambda d, z, R: ((R + z[:, None, None] - d) / R).clamp(0, 1)  # noqa: E731
+    assert exercises.check_span_mask(only_2d) is False
+    assert "dist of shape (24,)" in capsys.readouterr().out
+    assert exercises.check_span_mask(solutions.span_mask) is True
+
+
 def test_a_rejection_says_what_differs(capsys):
     # a shape, a dtype and a value: each named in the message
     assert exercises.check_span_mask(lambda d, z, R: solutions.span_mask(d, z, R)[..., :-1]) is False

@@ -18,7 +18,7 @@ def check_span_mask(answer: Optional[Callable], *, settings: Sequence[tuple] = (
         tol: Optional[float] = None, raises: Optional[bool] = None) -> Optional[bool]:
     """Check adaptive span's soft mask μ_z(k) = clamp((ρ + z - k) / ρ, 0, 1) (notebook 07, exercise 1).
 
-    ``answer(dist, z, ramp)``: distances (any shape; here (4, 6), 0 .. 23), spans z (n_head,) ->
+    ``answer(dist, z, ramp)``: distances (any shape; tried: (4, 6), (24,), (2, 3, 4), 0 .. 23), spans z (n_head,) ->
     (n_head, *dist.shape); compared with ``variants.span_mask``. ``settings``: the (spans, ramp ρ)
     tried; ``seed``, ``tol``, ``raises``: as in ``grading`` (nothing is drawn at random).
 
@@ -34,9 +34,11 @@ def check_span_mask(answer: Optional[Callable], *, settings: Sequence[tuple] = (
         True
     """
     cases = []
-    for z, ramp in settings:
-        dist, z = torch.arange(24.0).view(4, 6), torch.tensor(z)
-        cases.append(((dist, z, ramp), span_mask(dist, z, ramp), f"z={z.tolist()}, ramp ρ={ramp}"))
+    for z, ramp in settings:  # distances of three shapes: a matrix, a row (as section 4's), a 3-d block
+        for dist in (torch.arange(24.0).view(4, 6), torch.arange(24.0), torch.arange(24.0).view(2, 3, 4)):
+            z_t = torch.tensor(z)
+            cases.append(((dist, z_t, ramp), span_mask(dist, z_t, ramp),
+                          f"z={z_t.tolist()}, ramp ρ={ramp}, dist of shape {tuple(dist.shape)}"))
     return _check("check_span_mask", answer, cases, tol=tol, raises=raises)
 
 

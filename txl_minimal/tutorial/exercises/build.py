@@ -100,7 +100,9 @@ def check_rel_shift_prediction(prediction, *, raises: Optional[bool] = None) -> 
         AssertionError: check_rel_shift_prediction: not yet: ...: shape (2, 2), expected (3, 3)...
     """
     x = torch.arange(1.0, 10.0).view(3, 3)
-    where = "x = [[1, 2, 3], [4, 5, 6], [7, 8, 9]] (entries j > i are hidden by the mask but written all the same)"
+    where = ("x = [[1, 2, 3], [4, 5, 6], [7, 8, 9]] (entries j > i are hidden by the mask but written all the same;"
+             " pad a zero column first: [0 1 2 3], [0 4 5 6], [0 7 8 9]; read those 12 numbers as four rows of three"
+             " and drop the first row)")
     return _check("check_rel_shift_prediction", prediction, [((), rel_shift(x).long(), where)], raises=raises)
 
 

@@ -75,9 +75,9 @@ def check_shaw_far_keys(prediction, *, raises: Optional[bool] = None) -> Optiona
     with torch.no_grad():
         att.r_emb.normal_()
         row = att.positional_score(torch.randn(1, 1, 128, 8), torch.zeros(256, 8), None)[0, 0, -1]
-    return _check("check_shaw_far_keys", prediction,
-                  [((), int((row == row[0]).sum()), "D = 32, the last of 128 queries, 128 memory + 128 segment keys")],
-                  raises=raises)
+    where = ("D = 32, the last of 128 queries, 128 memory + 128 segment keys (distances 0 to 255; every distance "
+             "from D on reads the table's last row)")
+    return _check("check_shaw_far_keys", prediction, [((), int((row == row[0]).sum()), where)], raises=raises)
 
 
 @checker
@@ -103,8 +103,9 @@ def check_distinct_position_bias(prediction, *, raises: Optional[bool] = None) -
         tokens = torch.randint(0, 27, (1, 256))
         d = model(tokens[:, 128:], model(tokens[:, :128]).mems, return_terms=True).terms[0]["d"][0, 0]
     seen = ~torch.isnan(d)
-    return _check("check_distinct_position_bias", prediction,
-                  [((), int(torch.unique(d[seen]).numel()), "128 queries, 128 memory + 128 segment keys, one head")],
+    where = ("128 queries, 128 memory + 128 segment keys, one head ((d) = v^T W_k,R R_{i-j} depends on the distance "
+             "i - j alone: count the distances the queries see)")
+    return _check("check_distinct_position_bias", prediction, [((), int(torch.unique(d[seen]).numel()), where)],
                   raises=raises)
 
 
