@@ -77,7 +77,7 @@ def test_the_rel_shift_input_is_returned_with_the_terms_and_shifts_into_b_plus_d
         assert before.shape == (2, H, 6, 12) and not before.isnan().any()
         bd = terms["b"] + terms.get("d", 0)  # (b) + (d), NaN where masked
         kept = ~bd.isnan()
-        assert rel_shift(before)[kept].allclose(bd[kept])  # B~ (+ D~): what attend's rel_shift is given
+        assert rel_shift(before)[kept].allclose(bd[kept])  # B~ (+ d~ in every row): what attend's rel_shift is given
         if attn_type == "rel":  # by hand: column c against R_{klen-1-c}, the query plus v
             att, v = model.layers[n].dec_attn, model.uv(n)[1]
             q = (out.hidden[n]["input"] @ att.qkv_net.weight[:H * D].T).view(2, 6, H, D)
