@@ -87,10 +87,10 @@ class TXLOutput:
         mems: n_layer tensors (B, <=mem_len, d_model), what entered each layer, detached: the next segment's memory.
         loss: the mean NLL in nats (+ the adaptive-span penalty) if targets are given; bpc = loss / ln 2.
         nll: (B, T) NLL of every target, in nats.
-        attn: per layer (B, n_head, T, mlen + T) attention probabilities (``return_attn``).
+        attn: per layer (B, n_head, T, mlen + T) attention probabilities (``return_attn``; adaptive span: kept keys).
         terms: per layer the terms before the 1/sqrt(d_head) scaling, NaN where masked (``return_terms``): "a", "b",
             "c", "d" for "rel" and adaptive span; "a", "b" for "shaw"; "a" for "abs" and "abs_far".
-        rel_shift_input: per layer rel_shift's input, B~ + d~ in each row ("shaw": (b); abs: None; ``return_terms``).
+        rel_shift_input: per layer rel_shift's input, B~ + d~ in each row ("shaw": (b); abs*: None; ``return_terms``).
         hidden: per layer "memory", "input" (h~'s two parts), "attn" (o) and "output" (h^n) (``return_hidden``).
     Examples:
         >>> out = load_pretrained("txl-tiny")(as_ids(encode("the cat"))[None], return_hidden=True)
