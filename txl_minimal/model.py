@@ -90,7 +90,8 @@ class TXLOutput:
         attn: per layer (B, n_head, T, mlen + T) attention probabilities (``return_attn``; adaptive span: kept keys).
         terms: per layer the terms before the 1/sqrt(d_head) scaling, NaN where masked (``return_terms``): "a", "b",
             "c", "d" for "rel" and adaptive span; "a", "b" for "shaw"; "a" for "abs" and "abs_far".
-        rel_shift_input: per layer rel_shift's input, B~ + d~ in each row ("shaw": (b); abs*: None; ``return_terms``).
+        rel_shift_input: per layer rel_shift's input, B~ + d~ in each row (``return_terms``; "shaw": its (b);
+            "abs", "abs_far": None).
         hidden: per layer "memory", "input" (h~'s two parts), "attn" (o) and "output" (h^n) (``return_hidden``).
     Examples:
         >>> out = load_pretrained("txl-tiny")(as_ids(encode("the cat"))[None], return_hidden=True)
