@@ -6,7 +6,7 @@ Section 3.3 (the relative attention score):
   head_weights         W_q, W_k,E, W_v, W_k,R, u, v of one head of a model
   rel_score_terms      the four terms of A^rel, pair by pair (no rel-shift)
   diagonal_spread, column_spread, row_spread   "depends only on i - j" / "same for every query"
-  distance_matrix, position_bias   i - j, and term (d) of every head as a curve
+  distance_matrix, position_bias   mlen + i - j, and term (d) of every head as a curve
   attention_on_repeat  why absolute positions cannot tell memory from segment
   naive_rel_shift, rel_shift_stages the gather that rel_shift replaces, and its steps
 
@@ -250,7 +250,7 @@ def row_spread(m: torch.Tensor, where: Optional[torch.Tensor] = None) -> float:
 
 
 def distance_matrix(qlen: int, klen: int) -> torch.Tensor:
-    """(qlen, klen) long: i - j for query i (sitting at key index klen - qlen + i) and key j."""
+    """(qlen, klen) long: the distance mlen + i - j from query i (key mlen + i, mlen = klen - qlen) to key j."""
     qlen, klen = (count(v, name, "distance_matrix") for name, v in (("qlen", qlen), ("klen", klen)))
     if klen < qlen:
         raise ValueError(f"distance_matrix: klen={klen} must be at least qlen={qlen} (the queries are the last "
