@@ -254,7 +254,7 @@ def distance_matrix(qlen: int, klen: int) -> torch.Tensor:
     qlen, klen = (count(v, name, "distance_matrix") for name, v in (("qlen", qlen), ("klen", klen)))
     if klen < qlen:
         raise ValueError(f"distance_matrix: klen={klen} must be at least qlen={qlen} (the queries are the last "
-                         "klen keys: [memory o segment])")
+                         "qlen keys: [memory o segment])")
     validation.fits(8 * qlen * klen, f"a ({qlen:,}, {klen:,}) matrix", "distance_matrix", "smaller lengths")
     return torch.arange(qlen)[:, None] + (klen - qlen) - torch.arange(klen)[None, :]
 

@@ -95,7 +95,7 @@ class SegmentAttention:
         return self.key_ids[self.mlen:]
 
     def distances(self) -> torch.Tensor:
-        """(qlen, klen) long: i - j in tokens (negative = future)."""
+        """(qlen, klen) long: the distance mlen + i - j in tokens (negative = future)."""
         return distance_matrix(self.qlen, self.klen)
 
 
@@ -218,7 +218,7 @@ def attention_by_distance(attn: torch.Tensor, mask: Optional[torch.Tensor] = Non
 
 
 def query_distance(attn: torch.Tensor) -> torch.Tensor:
-    """(..., qlen) how far back each query looks: sum_j p_ij (i - j)."""
+    """(..., qlen) how far back each query looks: sum_j p_ij (mlen + i - j), mlen = klen - qlen."""
     attn = _attention(attn, "query_distance")
     qlen, klen = attn.shape[-2:]
     dist = distance_matrix(qlen, klen).to(attn.device).clamp(min=0).to(attn.dtype)
@@ -226,7 +226,7 @@ def query_distance(attn: torch.Tensor) -> torch.Tensor:
 
 
 def mean_attention_distance(attn: torch.Tensor) -> torch.Tensor:
-    """The attention-weighted mean distance sum_j p_ij (i - j) of each head, averaged over its queries.
+    """The attention-weighted mean distance sum_j p_ij (mlen + i - j) of each head, averaged over its queries.
 
     ``attn``: (..., qlen, klen) probabilities over [memory o segment]; query i is key klen - qlen + i.
 
