@@ -218,7 +218,7 @@ def attention_by_distance(attn: torch.Tensor, mask: Optional[torch.Tensor] = Non
 
 
 def query_distance(attn: torch.Tensor) -> torch.Tensor:
-    """(..., qlen) how far back each query looks: sum_j p_ij (mlen + i - j), mlen = klen - qlen."""
+    """(..., qlen) how far back each query looks: sum_j p_ij max(0, mlen + i - j), mlen = klen - qlen."""
     attn = _attention(attn, "query_distance")
     qlen, klen = attn.shape[-2:]
     dist = distance_matrix(qlen, klen).to(attn.device).clamp(min=0).to(attn.dtype)
@@ -226,7 +226,7 @@ def query_distance(attn: torch.Tensor) -> torch.Tensor:
 
 
 def mean_attention_distance(attn: torch.Tensor) -> torch.Tensor:
-    """The attention-weighted mean distance sum_j p_ij (mlen + i - j) of each head, averaged over its queries.
+    """Each head's attention-weighted distance sum_j p_ij max(0, mlen + i - j), averaged over its queries.
 
     ``attn``: (..., qlen, klen) probabilities over [memory o segment]; query i is key klen - qlen + i.
 
