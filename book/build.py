@@ -350,7 +350,8 @@ def find_definition(name: str, module: str = "txl_minimal", root: Path = ROOT) -
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and any(getattr(t, "id", None) == name for t in targets):
             return module, source, tree, i
     package = module if _module_file(module, root).name == "__init__.py" else module.rsplit(".", 1)[0]
-    for stmt in tree.body:
+    inside_if = [s for stmt in tree.body if isinstance(stmt, ast.If) for s in stmt.body + stmt.orelse]
+    for stmt in tree.body + inside_if:  # (model.py imports its package's modules under an if)
         for alias in stmt.names if isinstance(stmt, ast.ImportFrom) else []:
             if (alias.asname or alias.name) == name:
                 base = package.rsplit(".", stmt.level - 1)[0] if stmt.level else ""
@@ -474,9 +475,25 @@ def _docstring_after(tree: ast.Module, index: int) -> str:
     return ""
 
 
+def _class_bodies(cls: ast.ClassDef, module: str, root: Path = ROOT) -> list[tuple[str, list[ast.stmt]]]:
+    """(module, class body) of ``cls``, then of each of its bases defined in the package (TransformerXL's
+    ModelControls, in controls.py): the page lists the methods a class inherits from there under it."""
+    bodies = [(module, cls.body)]
+    for base in cls.bases:
+        if not (isinstance(base, ast.Name) and _module_file(module, root).is_file()):
+            continue  # (nn.Module: an attribute, not the package's)
+        try:
+            where, _, tree, i = find_definition(base.id, module, root)
+        except (SystemExit, OSError):  # defined nowhere in the package, or imported from outside it
+            continue
+        if isinstance(tree.body[i], ast.ClassDef):
+            bodies += _class_bodies(tree.body[i], where, root)
+    return bodies
+
+
 def api_entry(name: str, module: str, source: str, stmt: ast.stmt, tree: ast.Module | None = None,
-              index: int = 0, owner: str = "") -> ApiEntry:
-    """What the page shows of one definition (``owner``: the class of a method)."""
+              index: int = 0, owner: str = "", root: Path = ROOT) -> ApiEntry:
+    """What the page shows of one definition (``owner``: the class of a method; ``root``: the package's)."""
     shown = f"{owner}.{name}" if owner else name
     if isinstance(stmt, ast.FunctionDef):
         decorators = [ast.unparse(d) for d in stmt.decorator_list]
@@ -490,7 +507,8 @@ def api_entry(name: str, module: str, source: str, stmt: ast.stmt, tree: ast.Mod
     if isinstance(stmt, ast.ClassDef):
         init = next((s for s in stmt.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
         params = dataclass_fields(stmt, source) if _is_dataclass(stmt) else parameters(init, True) if init else []
-        methods = [api_entry(s.name, module, source, s, owner=name) for s in stmt.body
+        methods = [api_entry(s.name, where, source, s, owner=name, root=root)
+                   for where, body in _class_bodies(stmt, module, root) for s in body
                    if isinstance(s, ast.FunctionDef) and not s.name.startswith("_")
                    and not any(ast.unparse(d).endswith((".setter", ".deleter")) for d in s.decorator_list)]
         return ApiEntry(name, module, stmt.lineno, "class", signature(name, params), ast.get_docstring(stmt) or "",
@@ -520,7 +538,7 @@ def api_entries(root: Path = ROOT, extra: tuple = FROM_MODULES, modules: tuple =
     entries = []
     for where, name, group in wanted:
         module, source, tree, index = find_definition(name, where, root)
-        entries.append(api_entry(name, module, source, tree.body[index], tree, index))
+        entries.append(api_entry(name, module, source, tree.body[index], tree, index, root=root))
         entries[-1].imported_from, entries[-1].group = where, group
     return entries
 
@@ -651,7 +669,7 @@ def api_page(root: Path = ROOT) -> str:
     lines = ["# API reference", "",
              "Every name `txl_minimal` exports (its `__all__`): its signature, what it returns and an example, "
              "written from its docstring when the book is built. Every example runs as written after "
-             "`from txl_minimal import *`, and `make test` runs each of them "
+             "`import torch` and `from txl_minimal import *`, and `make test` runs each of them "
              f"([`tests/test_api.py`]({github_url('tests/test_api.py')})), so this page cannot drift from the "
              "code. Type hints are shortened (`X | None` for `Optional[X]`, `ndarray` for `np.ndarray`). "
              "[Use it in your course](docs/course.md) says what to import for which assignment; the "

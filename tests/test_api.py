@@ -5,12 +5,13 @@ same standard, and every ``txl_minimal`` name docs/course.md uses is on the page
 
 The page is written from the docstrings of ``txl_minimal.__all__`` as build.py reads them from the source
 (with ast: the book needs no torch). These tests take the docstrings from build.py too, so what the page
-shows is what runs here: each example with doctest, in the namespace ``from txl_minimal import *`` gives,
-in a temporary folder. Why not ``pytest --doctest-modules``: it would collect every docstring of every
-module (private helpers too), each in its own module's namespace rather than the one a course imports,
-and `make test` would need another command; here `make test` (``pytest tests``) runs the examples as
-the page shows them, one test per name, and fails a public name without a one-line summary, a
-"Returns:" (a class: or "Attributes:"/"Yields:") or an example that shows a result.
+shows is what runs here: each example with doctest, in the namespace ``import torch`` and ``from
+txl_minimal import *`` give, in a temporary folder. Why not ``pytest --doctest-modules``: it would
+collect every docstring of every module (private helpers too), each in its own module's namespace
+rather than the one a course imports, and `make test` would need another command; here `make test`
+(``pytest tests``) runs the examples as the page shows them, one test per name, and fails a public
+name without a one-line summary, a "Returns:" (a class: or "Attributes:"/"Yields:") or an example
+that shows a result.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import inspect
 import re
 
 import pytest
+import torch
 
 import txl_minimal
 from book_site import build
@@ -74,9 +76,9 @@ def arguments(entry: build.ApiEntry) -> list[str]:
 
 
 def run_examples(entry: build.ApiEntry) -> tuple[doctest.TestResults, str]:
-    """Run the examples of ``entry``'s docstring in ``from txl_minimal import *``'s namespace:
-    (failed, attempted), and doctest's report of the failures."""
-    names = {name: getattr(txl_minimal, name) for name in txl_minimal.__all__}
+    """Run the examples of ``entry``'s docstring in the namespace ``import torch`` and ``from txl_minimal
+    import *`` give: (failed, attempted), and doctest's report of the failures."""
+    names = {"torch": torch, **{name: getattr(txl_minimal, name) for name in txl_minimal.__all__}}
     test = doctest.DocTestParser().get_doctest(entry.doc, names, entry.name, entry.path, entry.line)
     runner, report = doctest.DocTestRunner(optionflags=FLAGS), []
     return runner.run(test, out=report.append, clear_globs=True), "".join(report)

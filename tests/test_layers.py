@@ -33,8 +33,9 @@ ALLOWED = {
     "validation": set(),  # torch only: the model's clear errors (text is encoded in symbols.py)
     "adaptive": set(),  # torch only: the word-level embedding and softmax
     "sampling": {"validation"},  # generate: duck-typed, it imports no model
-    "model": {"validation", "adaptive", "sampling"},  # only inside the package: model.py copied alone runs without them
-    "fast": {"model"},  # the model's faster subclasses (model.py names only its hook, SPEEDUP)
+    "controls": {"validation", "sampling"},  # TransformerXL's base: set_lengths, lengths, fast_attn, generate
+    "model": {"validation", "adaptive", "controls"},  # only inside the package: model.py copied alone runs without them
+    "fast": {"model", "controls"},  # the model's faster subclasses (controls.py holds their one hook, SPEEDUP)
     "words": set(),  # the authors' Vocab
     "symbols": {"words", "validation"},  # text <-> ids: text8's 27 characters (VOCAB, encode), any other vocabulary
     # what every corpus shares: Corpus (its splits' ids checked), Source, the download, the cache

@@ -18,7 +18,8 @@ Every public name (``from txl_minimal import *``; each has its page in the API r
     load_pretrained                          the shipped models by name ("txl-tiny", ...)
 
 The public API, by module (each imports only those above it; model.py needs torch alone,
-plus validation.py's clear errors and adaptive.py's word-level layers inside the package):
+plus validation.py's clear errors, adaptive.py's word-level layers and controls.py, its base class, inside
+the package):
 
     adaptive     AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax   (words: TXLConfig(cutoffs=[...]))
     model        TXLConfig, TransformerXL, TXLOutput             (the paper, Sec. 3; token ids in and out), and its
@@ -76,7 +77,7 @@ def check_torch_version(version: str) -> None:
 check_torch_version(str(torch.__version__))
 
 from . import variants  # noqa: E402,F401  registers attn_type="shaw" and adaptive_span with the model
-from . import fast  # noqa: E402,F401  sets model.SPEEDUP: models are built with the fast paths on
+from . import fast  # noqa: E402,F401  sets controls.SPEEDUP: models are built with the fast paths on
 from .data import (VOCAB, VOCAB_SIZE, Corpus, LMOrderedIterator, as_ids, decode, encode,  # noqa: E402
                    generate_text, load_corpus)
 from .model import (RelMultiHeadAttn, TXLConfig, TXLOutput, TransformerXL, attention_mask, rel_shift,  # noqa: E402

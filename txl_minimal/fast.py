@@ -4,7 +4,7 @@
 model's modules, ``FastAttention`` over every attention class (``project``, ``attend``),
 ``FastModel`` over ``TransformerXL`` (what an evaluation keeps, the next memory) and ``Dropout``
 over ``nn.Dropout``, and ``switch`` swaps them in and out of a model: ``TransformerXL.fast_attn``
-calls it through ``model.SPEEDUP``, the one hook, set when this module is imported (the package
+calls it through ``controls.SPEEDUP``, the one hook, set when this module is imported (the package
 does). Each path is tested equal to the explicit code it replaces (tests/test_fast.py). What each
 one saved on a training step is measured in benchmarks/README.md ("Levers"). Without this file
 (``model.py`` copied alone) the model runs its explicit code.
@@ -39,7 +39,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from txl_minimal import model as model_py
+from txl_minimal import controls, model as model_py
 from txl_minimal.model import RelMultiHeadAttn, TransformerXL
 
 _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)  # (torch < 2.3: never)
@@ -557,4 +557,4 @@ def switch(model: nn.Module, on: bool) -> None:
         model.flex_attn = flex
 
 
-model_py.SPEEDUP = switch
+controls.SPEEDUP = switch

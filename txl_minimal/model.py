@@ -15,20 +15,20 @@ the vanilla baseline. Only torch is needed. fast.py swaps in same-named subclass
 """
 from __future__ import annotations
 
-import contextlib
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-if __package__ == "txl_minimal":  # clear errors, the word-level softmax, sampling (generate)
-    from txl_minimal import adaptive, sampling, validation
-else:  # this file copied alone: the same model, without the checks, cutoffs and generate
-    adaptive = sampling = validation = None
-SPEEDUP = None  # fast.switch(model, on): set by fast.py on import; swaps in its same-named subclasses
+if __package__ == "txl_minimal":  # clear errors, the word-level softmax, and set_lengths, fast_attn, generate
+    from txl_minimal import adaptive, validation
+    from txl_minimal.controls import ModelControls
+else:  # this file copied alone: the same model, without the checks, cutoffs and controls.py's methods
+    adaptive = validation = None
+    ModelControls = nn.Module
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,7 @@ class TXLOutput:
     """What ``TransformerXL.forward`` returns for a segment of B rows and T tokens.
 
     Attributes:
-        logits: (B, T, vocab_size) next-token log-probabilities in nats up to a per-row constant (exact with cutoffs;
-            None in training with cutoffs).
+        logits: (B, T, vocab_size) next-token logits in nats (cutoffs: log-probabilities, and None in training).
         mems: n_layer tensors (B, <=mem_len, d_model), what entered each layer, detached: the next segment's memory.
         loss: the mean NLL in nats (+ the adaptive-span penalty) if targets are given; bpc = loss / ln 2.
         nll: (B, T) NLL of every target, in nats.
@@ -133,7 +132,6 @@ def update_memory(hids: list[torch.Tensor], mems: Optional[list[torch.Tensor]], 
     Returns:
         One detached tensor per layer, from ``hids[n]`` = h^n (h^0: the embeddings) and ``mems[n]`` (None: none yet).
     Examples:
-        >>> import torch
         >>> [m.shape[1] for m in update_memory([torch.zeros(1, 3, 2)], [torch.ones(1, 4, 2)], 5)]
         [5]
     """
@@ -154,7 +152,6 @@ def sinusoid_table(pos_seq: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tenso
     Returns:
         (len(pos_seq), 2 len(inv_freq)): one row per position, all sines then all cosines (the authors' order).
     Examples:
-        >>> import torch
         >>> sinusoid_table(torch.tensor([0.0]), torch.tensor([1.0, 0.5]))   # distance 0: sin 0, sin 0, cos 0, cos 0
         tensor([[0., 0., 1., 1.]])
     """
@@ -185,7 +182,6 @@ def rel_shift(x: torch.Tensor) -> torch.Tensor:
     Returns:
         (..., qlen, klen): (i, j) holds distance mlen + i - j; above the causal diagonal, garbage the mask hides.
     Examples:
-        >>> import torch
         >>> rel_shift(torch.tensor([[1, 2, 3], [4, 5, 6]])).tolist()       # qlen 2, klen 3: mlen 1
         [[2, 3, 0], [4, 5, 6]]
     """
@@ -200,15 +196,13 @@ class RelMultiHeadAttn(nn.Module):
     """One layer's multi-head attention over [SG(memory) o segment], scored by A^rel above.
 
     Returns:
-        The module (from ``cfg``). ``att(h, mem, pos, mask, u, v)``, h (B, qlen, d_model), mem (B, mlen, d_model) or
-        None, pos ``model.relative_encoding(klen)`` (vanilla: None), ``model.mask(...)`` and ``model.uv(layer)``,
-        gives (LayerNorm(h + W_o attention), probabilities (B, n_head, qlen, klen)).
+        The module (from ``cfg``); ``att(h, mem, pos, mask, u, v)``: h (B, qlen, d_model), mem (B, mlen, d_model) or
+        None, and the model's ``relative_encoding(klen)`` (vanilla: None), ``mask(...)``, ``uv(layer)``, gives
+        (LayerNorm(h + W_o attention), probabilities (B, n_head, qlen, klen)).
     Examples:
-        >>> import torch
-        >>> m = load_pretrained("txl-tiny")
-        >>> out, a = m.layers[0].dec_attn(torch.ones(1, 3, 128), None, m.relative_encoding(3), m.mask(3, 0, None),
-        ...                               *m.uv(0), return_attn=True)
-        >>> out.shape, a.shape
+        >>> m, h = load_pretrained("txl-tiny"), torch.ones(1, 3, 128)           # 3 tokens, no memory
+        >>> o, a = m.layers[0].dec_attn(h, None, m.relative_encoding(3), m.mask(3, 0, None), *m.uv(0), return_attn=True)
+        >>> o.shape, a.shape
         (torch.Size([1, 3, 128]), torch.Size([1, 4, 3, 3]))
     """
 
@@ -328,7 +322,7 @@ class DecoderLayer(nn.Module):
         return out, prob
 
 
-class TransformerXL(nn.Module):
+class TransformerXL(ModelControls):  # controls.py: set_lengths, lengths, fast_attn, generate
     """Transformer-XL (Sec. 3 of the paper): a character or word language model with segment-level recurrence.
 
     Built from a ``TXLConfig`` (``cfg``), in training mode. ``out = model(tokens, mems, targets)`` runs one segment:
@@ -350,7 +344,7 @@ class TransformerXL(nn.Module):
         super().__init__()
         if validation is not None:  # a dict, a preset's name: said, not an AttributeError
             validation.check_config_type(cfg, type(self).__name__)
-        self._cfg = cfg  # frozen: set_lengths replaces it, and its layers' (``cfg``, below)
+        self.cfg = cfg  # frozen: set_lengths replaces it, and its layers' (``cfg``, below)
         self.crit = None  # with cutoffs: the adaptive softmax (adaptive.py), tied to the adaptive input
         words = bool(cfg.cutoffs) or cfg.d_embed not in (None, cfg.d_model)
         if words and adaptive is None:
@@ -372,7 +366,8 @@ class TransformerXL(nn.Module):
             self.out_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
             self.out_weight = None if cfg.tie_weights else nn.Parameter(torch.zeros(cfg.vocab_size, cfg.d_model))
         self.apply(self._init_weights)
-        self.fast_attn = True  # in the package: fast.py's same-named subclasses (the same numbers, in less time)
+        if ModelControls is not nn.Module:  # in the package: fast.py's same-named subclasses (the same numbers, faster)
+            self.fast_attn = True
 
     @staticmethod
     def _init_weights(m: nn.Module) -> None:
@@ -384,51 +379,6 @@ class TransformerXL(nn.Module):
         for name in ("r_w_bias", "r_r_bias", "r_emb", "out_weight"):  # r_emb: variants.ShawAttn
             if isinstance(getattr(m, name, None), nn.Parameter):
                 nn.init.normal_(getattr(m, name), 0.0, 0.02)
-
-    @property
-    def cfg(self) -> TXLConfig:  # frozen: set_lengths, or model.cfg = replace(model.cfg, mem_len=256), replaces it
-        return self._cfg
-
-    @cfg.setter
-    def cfg(self, new: TXLConfig) -> None:  # its layers' too (fast.py reads their lengths)
-        if validation is not None:  # a ValueError for another size (the layers were built for this one), or a
-            validation.check_new_config(self._cfg, new)  # clamp_len or same_length set where it changes nothing
-        for m in self.modules():
-            if isinstance(m.__dict__.get("cfg"), TXLConfig):
-                m.cfg = new
-        self._cfg = new
-
-    def set_lengths(self, tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
-                    clamp_len: Optional[int] = None, same_length: Optional[bool] = None) -> None:
-        """Change lengths (None keeps one) in a new, checked config; a bad value: ``ValueError``, nothing changed."""
-        new = dict(tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len, same_length=same_length)
-        self.cfg = replace(self.cfg, **{k: v for k, v in new.items() if v is not None})
-
-    @contextlib.contextmanager
-    def lengths(self, tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
-                clamp_len: Optional[int] = None, same_length: Optional[bool] = None):
-        """``with model.lengths(mem_len=512):`` in eval mode; lengths and mode come back on exit."""
-        cfg, was_training = self.cfg, self.training
-        self.set_lengths(tgt_len, mem_len, clamp_len, same_length)
-        try:
-            yield self.eval()
-        finally:
-            self.cfg = cfg
-            self.train(was_training)
-
-    @property  # True (the package's default): fast.py's subclasses; False: this file's code
-    def fast_attn(self) -> bool:
-        return self._fast
-
-    @fast_attn.setter
-    def fast_attn(self, on: bool) -> None:
-        self._fast = bool(on) and SPEEDUP is not None
-        if SPEEDUP is not None:
-            SPEEDUP(self, self._fast)
-
-    def num_params(self) -> int:
-        """How many numbers the model learns (a tied weight counted once)."""
-        return sum(p.numel() for p in self.parameters())
 
     def uv(self, layer: int) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
         """(u, v) of layer ``layer`` (from 0): shared, or its own with ``untie_r``; (None, None) if not "rel"."""
@@ -511,10 +461,3 @@ class TransformerXL(nn.Module):
                 out.loss = out.loss + cfg.span_loss_coeff * sum(lay.dec_attn.spans().mean() for lay in self.layers)
         return out
 
-    def generate(self, prompt, n_new: int, temperature: float = 1.0, top_k: Optional[int] = None,
-                 generator: Optional[torch.Generator] = None, exclude=()) -> torch.Tensor:
-        """The prompt's ids ((B, T) or (T,)) and ``n_new`` sampled ones, never one of ``exclude`` (sampling.py;
-        text: ``generate_text``)."""
-        if sampling is None:
-            raise ValueError("generate is in txl_minimal/sampling.py: import the model from the package")
-        return sampling.generate(self, prompt, n_new, temperature, top_k, generator, exclude)

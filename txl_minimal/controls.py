@@ -1,0 +1,72 @@
+"""What a built ``TransformerXL`` offers beyond Section 3 (its base class, ``ModelControls``): lengths changed
+in a new, checked config (``set_lengths``, ``with model.lengths(...)``), the fast paths' switch (``fast_attn``),
+its size (``num_params``) and sampling (``generate``). model.py copied alone builds on ``nn.Module`` instead:
+the same model, set with ``model.cfg = dataclasses.replace(model.cfg, ...)``, without these methods.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+from typing import Optional
+
+import torch
+import torch.nn as nn
+
+from txl_minimal import sampling, validation
+
+SPEEDUP = None  # fast.switch(model, on): set by fast.py on import; swaps in its same-named subclasses
+
+
+class ModelControls(nn.Module):
+    """The base of ``TransformerXL``: its frozen config replaced whole, the fast paths' switch, sampling."""
+
+    @property
+    def cfg(self) -> TXLConfig:  # noqa: F821 (model.py's) frozen: set_lengths or model.cfg = replace(...) replaces it
+        return self._cfg
+
+    @cfg.setter
+    def cfg(self, new) -> None:  # its layers' too (fast.py reads their lengths)
+        if "_cfg" in self.__dict__:  # a ValueError for another size (the layers were built for this one), or a
+            validation.check_new_config(self._cfg, new)  # clamp_len or same_length set where it changes nothing
+        for m in self.modules():
+            if isinstance(m.__dict__.get("cfg"), type(new)):
+                m.cfg = new
+        self._cfg = new
+
+    def set_lengths(self, tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
+                    clamp_len: Optional[int] = None, same_length: Optional[bool] = None) -> None:
+        """Change lengths (None keeps one) in a new, checked config; a bad value: ``ValueError``, nothing changed."""
+        new = dict(tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len, same_length=same_length)
+        self.cfg = replace(self.cfg, **{k: v for k, v in new.items() if v is not None})
+
+    @contextlib.contextmanager
+    def lengths(self, tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
+                clamp_len: Optional[int] = None, same_length: Optional[bool] = None):
+        """``with model.lengths(mem_len=512):`` in eval mode; lengths and mode come back on exit."""
+        cfg, was_training = self.cfg, self.training
+        self.set_lengths(tgt_len, mem_len, clamp_len, same_length)
+        try:
+            yield self.eval()
+        finally:
+            self.cfg = cfg
+            self.train(was_training)
+
+    @property  # True (the package's default): fast.py's subclasses; False: model.py's code
+    def fast_attn(self) -> bool:
+        return self._fast
+
+    @fast_attn.setter
+    def fast_attn(self, on: bool) -> None:
+        self._fast = bool(on) and SPEEDUP is not None
+        if SPEEDUP is not None:
+            SPEEDUP(self, self._fast)
+
+    def num_params(self) -> int:
+        """How many numbers the model learns (a tied weight counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def generate(self, prompt, n_new: int, temperature: float = 1.0, top_k: Optional[int] = None,
+                 generator: Optional[torch.Generator] = None, exclude=()) -> torch.Tensor:
+        """The prompt's ids ((B, T) or (T,)) and ``n_new`` sampled ones, never one of ``exclude`` (sampling.py;
+        text: ``generate_text``)."""
+        return sampling.generate(self, prompt, n_new, temperature, top_k, generator, exclude)
