@@ -82,7 +82,7 @@ class TXLOutput:
     """What ``TransformerXL.forward`` returns for a segment of B rows and T tokens.
 
     Attributes:
-        logits: (B, T, vocab_size) next-token logits in nats (cutoffs: log-probabilities, and None in training).
+        logits: (B, T, vocab_size) next-token logits in nats (cutoffs: log-probabilities; None training on targets).
         mems: n_layer tensors (B, <=mem_len, d_model), what entered each layer, detached: the next segment's memory.
         loss: the mean NLL in nats (+ the adaptive-span penalty) if targets are given; bpc = loss / ln 2.
         nll: (B, T) NLL of every target, in nats.
