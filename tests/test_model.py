@@ -407,7 +407,8 @@ for attn_type, mem_len in (("rel", 6), ("abs", 0)):  # the paper's model and the
     print(attn_type, round(out.loss.item(), 4), tuple(out.logits.shape), grads)
 from dataclasses import replace
 model.cfg = replace(model.cfg, mem_len=3)  # lengths: a new config (set_lengths and generate are the package's)
-print(model(x[:, :5]).mems[0].shape[1], hasattr(model, "set_lengths"), hasattr(model, "generate"))
+print(model(x[:, :5]).mems[0].shape[1], hasattr(model, "set_lengths"), hasattr(model, "generate"),
+      hasattr(model.layers[0].dec_attn, "score_terms"))  # return_terms: controls.py's too
 """
 
 
@@ -420,7 +421,7 @@ def test_model_py_copied_alone_runs_the_paper_and_the_baseline(tmp_path):
     lines = run.stdout.splitlines()
     assert [line.split()[0] for line in lines[:2]] == ["rel", "abs"]
     assert all(line.endswith("(2, 4, 27) True") for line in lines[:2])  # the second segment's logits; trained
-    assert lines[2] == "3 False False"  # a new config's memory length is read; controls.py's methods are not there
+    assert lines[2] == "3 False False False"  # a new config's memory length is read; controls.py's methods are not
 
 
 def test_help_shows_the_inputs_and_every_output_with_units():

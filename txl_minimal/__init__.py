@@ -18,7 +18,7 @@ Every public name (``from txl_minimal import *``; each has its page in the API r
     load_pretrained                          the shipped models by name ("txl-tiny", ...)
 
 The public API, by module (each imports only those above it; model.py needs torch alone,
-plus validation.py's clear errors, adaptive.py's word-level layers and controls.py, its base class, inside
+plus validation.py's clear errors, adaptive.py's word-level layers and controls.py, its base classes, inside
 the package):
 
     adaptive     AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax   (words: TXLConfig(cutoffs=[...]))

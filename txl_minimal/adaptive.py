@@ -175,3 +175,21 @@ def tie(emb: AdaptiveEmbedding, crit: ProjectedAdaptiveLogSoftmax, tie_weight: b
             crit.out_projs[i] = emb.emb_projs[0]
         elif tied and crit.div_val != 1:
             crit.out_projs[i] = emb.emb_projs[i]
+
+
+
+def _clusters(cfg) -> tuple:
+    return cfg.vocab_size, cfg.d_embed or cfg.d_model, cfg.d_model, cfg.cutoffs, cfg.div_val
+
+
+def input_layer(cfg) -> AdaptiveEmbedding:
+    """The adaptive input of a word-level ``TXLConfig``: its cutoffs and div_val, d_embed projected to d_model."""
+    return AdaptiveEmbedding(*_clusters(cfg))
+
+
+def output_layer(cfg, emb: AdaptiveEmbedding) -> ProjectedAdaptiveLogSoftmax:
+    """The adaptive softmax of ``cfg``, tied to the input ``emb`` as ``cfg.tie_weights`` and ``tie_projs`` say.
+    The model builds it after its layers, as the authors' does (their random draws, in their order)."""
+    crit = ProjectedAdaptiveLogSoftmax(*_clusters(cfg))
+    tie(emb, crit, cfg.tie_weights, cfg.tie_projs or [])
+    return crit

@@ -1,6 +1,7 @@
 """What a built ``TransformerXL`` offers beyond Section 3 (its base class, ``ModelControls``): lengths changed
 in a new, checked config (``set_lengths``, ``with model.lengths(...)``), the fast paths' switch (``fast_attn``),
-its size (``num_params``) and sampling (``generate``). model.py copied alone builds on ``nn.Module`` instead:
+its size (``num_params``) and sampling (``generate``); and its attention's score as the four terms apart
+(``AttentionControls.score_terms``: ``return_terms``). model.py copied alone builds on ``nn.Module`` instead:
 the same model, set with ``model.cfg = dataclasses.replace(model.cfg, ...)``, without these methods.
 """
 from __future__ import annotations
@@ -26,8 +27,10 @@ class ModelControls(nn.Module):
 
     @cfg.setter
     def cfg(self, new) -> None:  # its layers' too (fast.py reads their lengths)
-        if "_cfg" in self.__dict__:  # a ValueError for another size (the layers were built for this one), or a
-            validation.check_new_config(self._cfg, new)  # clamp_len or same_length set where it changes nothing
+        if "_cfg" not in self.__dict__:  # at construction: a dict or a preset's name said, not an AttributeError
+            validation.check_config_type(new, type(self).__name__)
+        else:  # a ValueError for another size (the layers were built for this one), or a clamp_len or
+            validation.check_new_config(self._cfg, new)  # same_length set where it changes nothing
         for m in self.modules():
             if isinstance(m.__dict__.get("cfg"), type(new)):
                 m.cfg = new
@@ -70,3 +73,23 @@ class ModelControls(nn.Module):
         """The prompt's ids ((B, T) or (T,)) and ``n_new`` sampled ones, never one of ``exclude`` (sampling.py;
         text: ``generate_text``)."""
         return sampling.generate(self, prompt, n_new, temperature, top_k, generator, exclude)
+
+
+class AttentionControls(nn.Module):
+    """The base of model.py's ``RelMultiHeadAttn``: its score's terms apart (``model(..., return_terms=True)``)."""
+
+    def score_terms(self, h, mem, pos, mask, u, v) -> tuple[dict[str, torch.Tensor], Optional[torch.Tensor]]:
+        """The terms (a)-(d) apart, unscaled, NaN where masked; and what attend's rel_shift is given (None: no R).
+
+        (c) and (d) are (q_i + u)^T k_j and (q_i + v)^T W_k,R R_{i-j} without the query's content: the same in
+        every row before the shift, which moves (d) as it moves (b) + (d) in ``attend``."""
+        q, k, _ = self.project(h, mem)
+        terms = {"a": q @ k.transpose(-1, -2)}
+        if pos is not None:
+            terms["b"] = self.positional_score(q, pos, None)
+        if u is not None:
+            terms["c"] = (u[:, None] @ k.transpose(-1, -2)).expand_as(terms["a"])
+            terms["d"] = self.positional_score(torch.zeros_like(q), pos, v)  # q = 0: v^T W_k,R R_{i-j} alone
+        terms = {name: t.masked_fill(mask, float("nan")) for name, t in terms.items()}
+        shift_input = None if pos is None else self.positional_score(q, pos, v, shift=False)  # (columns: distances)
+        return terms, shift_input

@@ -8,10 +8,9 @@ The relative attention score between query i and key j:
            + u^T Wk,E E_xj              (c) global content bias
            + v^T Wk,R R_{i-j}           (d) global positional bias
 
-In every layer E_x is that layer's input h~ = [SG(m) o h]: (a) + (c) = (q_i + u)^T k_j and (b) + (d) =
-(q_i + v)^T W_k,R R_{i-j}; query i is key mlen + i. ``r_w_bias`` is u, ``r_r_bias`` v; ``attn_type="abs"`` is
-the vanilla baseline. Only torch is needed. fast.py swaps in same-named subclasses (the same numbers, faster);
-``model.fast_attn = False``, or a function here replaced at run time (``model.rel_shift = f``), runs this code.
+In every layer E_x is that layer's input h~ = [SG(m) o h]: (a) + (c) = (q_i + u)^T k_j, (b) + (d) = (q_i + v)^T
+W_k,R R_{i-j}; query i is key mlen + i; ``r_w_bias`` is u, ``r_r_bias`` v; ``attn_type="abs"``: the vanilla model.
+fast.py swaps in same-named subclasses (the same numbers, faster); ``model.fast_attn = False`` runs this code.
 """
 from __future__ import annotations
 
@@ -25,10 +24,9 @@ import torch.nn.functional as F
 
 if __package__ == "txl_minimal":  # clear errors, the word-level softmax, and set_lengths, fast_attn, generate
     from txl_minimal import adaptive, validation
-    from txl_minimal.controls import ModelControls
-else:  # this file copied alone: the same model, without the checks, cutoffs and controls.py's methods
-    adaptive = validation = None
-    ModelControls = nn.Module
+    from txl_minimal.controls import AttentionControls, ModelControls
+else:  # this file copied alone (torch only): the same model, without the checks, cutoffs and controls.py's methods
+    adaptive, validation, AttentionControls, ModelControls = None, None, nn.Module, nn.Module
 
 
 @dataclass(frozen=True)
@@ -89,8 +87,7 @@ class TXLOutput:
         attn: per layer (B, n_head, T, mlen + T) attention probabilities (``return_attn``; adaptive span: kept keys).
         terms: per layer the terms before the 1/sqrt(d_head) scaling, NaN where masked (``return_terms``): "a", "b",
             "c", "d" for "rel" and adaptive span; "a", "b" for "shaw"; "a" for "abs" and "abs_far".
-        rel_shift_input: per layer rel_shift's input, B~ + d~ in each row (``return_terms``; "shaw": its (b);
-            "abs", "abs_far": None).
+        rel_shift_input: per layer rel_shift's input B~ + d~ (``return_terms``; "shaw": its (b); "abs", "abs_far": None)
         hidden: per layer "memory", "input" (h~'s two parts), "attn" (o) and "output" (h^n) (``return_hidden``).
     Examples:
         >>> out = load_pretrained("txl-tiny")(as_ids(encode("the cat"))[None], return_hidden=True)
@@ -178,7 +175,6 @@ def rel_shift(x: torch.Tensor) -> torch.Tensor:
     Row i of ``x`` holds (q_i + v)^T W_k,R R_r for r = klen-1..0; key j needs r = mlen + i - j, column j + qlen-1-i:
     row i slides left by qlen-1-i, done for every row at once by padding a zero column and reading the flat buffer
     in rows of klen from offset qlen (the authors' code).
-
     Returns:
         (..., qlen, klen): (i, j) holds distance mlen + i - j; above the causal diagonal, garbage the mask hides.
     Examples:
@@ -192,13 +188,12 @@ def rel_shift(x: torch.Tensor) -> torch.Tensor:
     return padded[..., 1:, :].reshape(*lead, qlen, klen)
 
 
-class RelMultiHeadAttn(nn.Module):
+class RelMultiHeadAttn(AttentionControls):  # controls.py: score_terms (return_terms)
     """One layer's multi-head attention over [SG(memory) o segment], scored by A^rel above.
 
     Returns:
-        The module (from ``cfg``); ``att(h, mem, pos, mask, u, v)``: h (B, qlen, d_model), mem (B, mlen, d_model) or
-        None, and the model's ``relative_encoding(klen)`` (vanilla: None), ``mask(...)``, ``uv(layer)``, gives
-        (LayerNorm(h + W_o attention), probabilities (B, n_head, qlen, klen)).
+        The module (from ``cfg``); ``att(h, mem, pos, mask, u, v)``, h (B, qlen, d_model), mem (B, mlen, d_model) or
+        None, the rest the model's (``relative_encoding(klen)``, ``mask``, ``uv``): (LayerNorm(h + W_o attn), probs).
     Examples:
         >>> m, h = load_pretrained("txl-tiny"), torch.ones(1, 3, 128)           # 3 tokens, no memory
         >>> o, a = m.layers[0].dec_attn(h, None, m.relative_encoding(3), m.mask(3, 0, None), *m.uv(0), return_attn=True)
@@ -212,14 +207,12 @@ class RelMultiHeadAttn(nn.Module):
             validation.check_config_type(cfg, type(self).__name__)
         self.cfg, self.n_head, self.d_head = cfg, cfg.n_head, cfg.d_head
         self.scale = 1.0 / math.sqrt(cfg.d_head)
-        hd = cfg.n_head * cfg.d_head
-        self.qkv_net = nn.Linear(cfg.d_model, 3 * hd, bias=False)  # rows: W_q, W_k,E, W_v
-        self.o_net = nn.Linear(hd, cfg.d_model, bias=False)
+        self.qkv_net = nn.Linear(cfg.d_model, 3 * cfg.n_head * cfg.d_head, bias=False)  # rows: W_q, W_k,E, W_v
+        self.o_net = nn.Linear(cfg.n_head * cfg.d_head, cfg.d_model, bias=False)
         self.layer_norm = nn.LayerNorm(cfg.d_model)
-        self.drop = nn.Dropout(cfg.dropout)
-        self.dropatt = nn.Dropout(cfg.dropatt)
+        self.drop, self.dropatt = nn.Dropout(cfg.dropout), nn.Dropout(cfg.dropatt)
         if cfg.attn_type == "rel":
-            self.r_net = nn.Linear(cfg.d_model, hd, bias=False)  # W_k,R
+            self.r_net = nn.Linear(cfg.d_model, cfg.n_head * cfg.d_head, bias=False)  # W_k,R
             if cfg.untie_r:
                 self.r_w_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))  # u
                 self.r_r_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))  # v
@@ -235,8 +228,7 @@ class RelMultiHeadAttn(nn.Module):
         q = q[:, -h.size(1):]  # queries: the segment only; keys and values: memory too
         return self._heads(q), self._heads(k), self._heads(val)
 
-    def positional_score(self, q: torch.Tensor, pos: Optional[torch.Tensor], v: Optional[torch.Tensor],
-                         shift: bool = True) -> Optional[torch.Tensor]:
+    def positional_score(self, q, pos, v, shift: bool = True) -> Optional[torch.Tensor]:
         """(b) + (d) = (q_i + v)^T W_k,R R_{i-j} for all (i, j); pos: R_{klen-1..0} or None (vanilla).
         ``shift=False``: before ``rel_shift``, against R_{klen-1-c} in column c."""
         if pos is None:
@@ -249,40 +241,22 @@ class RelMultiHeadAttn(nn.Module):
     def reweight(self, prob: torch.Tensor) -> torch.Tensor:  # adaptive span (variants.py) re-weights here
         return prob
 
-    def attend(self, q, k, val, pos, mask, u, v, return_attn: bool = True):
-        """sum_j a_ij W_v h~_j with a_i = softmax_j(A^rel_ij / sqrt(d_head)) over the keys not masked: (B, H,
-        qlen, D), and a (B, H, qlen, klen). ``return_attn``: unused here (fast.py computes a only if it is True)."""
+    def attend(self, q, k, val, pos, mask, u, v, return_attn: bool = True):  # return_attn: fast.py's (a if True)
+        """sum_j a_ij W_v h~_j, a_i = softmax_j(A^rel_ij / sqrt(d_head)) over unmasked keys: (B, H, qlen, D), and a."""
         q_u = q if u is None else q + u[:, None]  # (q_i + u): (a) and (c) in one product
         score = q_u @ k.transpose(-1, -2)  # (a) + (c)
-        pos_score = self.positional_score(q, pos, v)  # (b) + (d)
-        if pos_score is not None:
-            score = score + pos_score
+        if pos is not None:  # + (b) + (d) (the vanilla model has no R)
+            score = score + self.positional_score(q, pos, v)
         score = (score * self.scale).masked_fill(mask, torch.finfo(score.dtype).min)
         prob = self.reweight(F.softmax(score.float(), dim=-1).to(val.dtype))
         return self.dropatt(prob) @ val, prob
 
-    def forward(self, h: torch.Tensor, mem: Optional[torch.Tensor], pos: Optional[torch.Tensor], mask: torch.Tensor,
-                u: Optional[torch.Tensor], v: Optional[torch.Tensor], return_attn: bool = False):
+    def forward(self, h, mem, pos, mask, u, v, return_attn: bool = False):  # shapes: the class's docstring
         q, k, val = self.project(h, mem)
         out, prob = self.attend(q, k, val, pos, mask, u, v, return_attn)
         out = self.drop(self.o_net(out.transpose(1, 2).reshape(*h.shape[:2], -1)))
         out = h + out if self.cfg.pre_lnorm else self.layer_norm(h + out)
         return out, prob
-
-    def score_terms(self, h, mem, pos, mask, u, v) -> dict[str, torch.Tensor]:
-        """The terms (a)-(d) apart, unscaled, NaN where masked, and "shift_input": what attend's rel_shift is given."""
-        q, k, _ = self.project(h, mem)
-        terms = {"a": q @ k.transpose(-1, -2)}
-        if pos is not None:
-            terms["b"] = self.positional_score(q, pos, None)
-        if u is not None:  # (c), (d): no query content, one row per head, broadcast; (d) then shifted per row
-            r = self.r_net(pos).view(-1, self.n_head, self.d_head).transpose(0, 1)
-            terms["c"] = (u[:, None] @ k.transpose(-1, -2)).expand_as(terms["a"])
-            terms["d"] = rel_shift((v[:, None] @ r.transpose(-1, -2)).expand_as(terms["a"]))
-        terms = {name: t.masked_fill(mask, float("nan")) for name, t in terms.items()}
-        if pos is not None:  # (its columns are distances: nothing to mask)
-            terms["shift_input"] = self.positional_score(q, pos, v, shift=False)
-        return terms
 
 
 ATTENTION = {"rel": RelMultiHeadAttn, "abs": RelMultiHeadAttn, "abs_far": RelMultiHeadAttn}  # + variants.py's
@@ -301,9 +275,7 @@ class PositionwiseFF(nn.Module):
         self.layer_norm = nn.LayerNorm(cfg.d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.pre_lnorm:
-            return x + self.CoreNet(self.layer_norm(x))
-        return self.layer_norm(x + self.CoreNet(x))
+        return x + self.CoreNet(self.layer_norm(x)) if self.pre_lnorm else self.layer_norm(x + self.CoreNet(x))
 
 
 class DecoderLayer(nn.Module):
@@ -329,40 +301,31 @@ class TransformerXL(ModelControls):  # controls.py: set_lengths, lengths, fast_a
       tokens   (B, T) integer ids in [0, vocab_size): a corpus's ``encode`` (text8's 27 symbols: ``txl_minimal.encode``)
       mems     the previous segment's ``out.mems`` (None: empty); pass ``out.mems`` to the next
       targets  (B, T) integer ids to score (None: no loss); return_attn, return_terms, return_hidden: see TXLOutput
-
     Returns:
         The model; a call returns a ``TXLOutput``. ``model.generate`` samples; ``model.lengths(...)`` changes lengths.
     Examples:
         >>> model = TransformerXL(TXLConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, tgt_len=8))
-        >>> x = as_ids(encode("the cat sat on a mat"))[None]            # (1, 20) token ids
-        >>> out = model(x[:, :8])                                       # the first segment
-        >>> model(x[:, 8:16], out.mems, return_attn=True).attn[0].shape   # the next reads the memory: (B, H, T, M + T)
+        >>> x = as_ids(encode("the cat sat on a mat"))[None]     # (1, 20) token ids: a segment of 8, then the next
+        >>> model(x[:, 8:16], model(x[:, :8]).mems, return_attn=True).attn[0].shape   # with memory: (B, H, T, M + T)
         torch.Size([1, 2, 8, 16])
     """
 
     def __init__(self, cfg: TXLConfig):
         super().__init__()
-        if validation is not None:  # a dict, a preset's name: said, not an AttributeError
-            validation.check_config_type(cfg, type(self).__name__)
-        self.cfg = cfg  # frozen: set_lengths replaces it, and its layers' (``cfg``, below)
-        self.crit = None  # with cutoffs: the adaptive softmax (adaptive.py), tied to the adaptive input
-        words = bool(cfg.cutoffs) or cfg.d_embed not in (None, cfg.d_model)
+        self.cfg = cfg  # frozen, checked (controls.py): set_lengths replaces it, and its layers' (``cfg``, below)
+        words = bool(cfg.cutoffs) or cfg.d_embed not in (None, cfg.d_model)  # adaptive.py's input and softmax
         if words and adaptive is None:
             raise ValueError("cutoffs and d_embed need txl_minimal/adaptive.py: import the model from the package")
-        clusters = (cfg.vocab_size, cfg.d_embed or cfg.d_model, cfg.d_model, cfg.cutoffs, cfg.div_val)
-        self.word_emb = adaptive.AdaptiveEmbedding(*clusters) if words else nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.word_emb = adaptive.input_layer(cfg) if words else nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.emb_scale = math.sqrt(cfg.d_model)  # the authors scale by sqrt(d_model)
         self.pos_emb = PositionalEmbedding(cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_layer))
-        self.r_w_bias = self.r_r_bias = None
-        if cfg.attn_type == "rel" and not cfg.untie_r:
-            self.r_w_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))  # u
-            self.r_r_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))  # v
-        if words:
-            self.crit = adaptive.ProjectedAdaptiveLogSoftmax(*clusters)
-            adaptive.tie(self.word_emb, self.crit, cfg.tie_weights, cfg.tie_projs or [])
-        else:
+        shared = cfg.attn_type == "rel" and not cfg.untie_r  # one (u, v) for every layer (untie_r: one per layer)
+        self.r_w_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head)) if shared else None  # u
+        self.r_r_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head)) if shared else None  # v
+        self.crit = adaptive.output_layer(cfg, self.word_emb) if words else None  # tied to the input
+        if not words:
             self.out_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
             self.out_weight = None if cfg.tie_weights else nn.Parameter(torch.zeros(cfg.vocab_size, cfg.d_model))
         self.apply(self._init_weights)
@@ -385,18 +348,17 @@ class TransformerXL(ModelControls):  # controls.py: set_lengths, lengths, fast_a
         att = self.layers[layer].dec_attn
         return (att.r_w_bias, att.r_r_bias) if self.cfg.untie_r else (self.r_w_bias, self.r_r_bias)
 
-    # Steps fast.FastModel overrides: R and the mask kept across evaluation segments, the next memory sliced
     def relative_encoding(self, klen: int) -> torch.Tensor:
         """R_{klen-1}, ..., R_0: key j's distance to the last query (above clamp_len: R_clamp_len)."""
         dist = torch.arange(klen - 1, -1, -1.0, device=self.pos_emb.inv_freq.device)
         return self.pos_emb(dist.clamp(max=self.cfg.clamp_len) if self.cfg.clamp_len > 0 else dist)
 
     def mask(self, qlen: int, mlen: int, device: torch.device) -> torch.Tensor:
-        """``attention_mask`` at this model's lengths (same_length, mem_len)."""
+        """``attention_mask`` at this model's lengths (same_length, mem_len); fast.FastModel keeps it, and R."""
         return attention_mask(qlen, mlen, self.cfg.same_length, self.cfg.mem_len, device=device)
 
     def next_memory(self, hids: list[torch.Tensor], mems: Optional[list[torch.Tensor]]) -> list[torch.Tensor]:
-        """``update_memory`` at this model's mem_len."""
+        """``update_memory`` at this model's mem_len (fast.FastModel slices it from what the projections joined)."""
         return update_memory(hids, mems, self.cfg.mem_len)
 
     def output_logits(self, h: torch.Tensor) -> torch.Tensor:
@@ -405,27 +367,24 @@ class TransformerXL(ModelControls):  # controls.py: set_lengths, lengths, fast_a
             return self.crit.log_prob(h)
         return F.linear(h, self.word_emb.weight if self.out_weight is None else self.out_weight, self.out_bias)
 
-    def forward(self, tokens: torch.Tensor, mems: Optional[list[torch.Tensor]] = None,
-                targets: Optional[torch.Tensor] = None, return_attn=False, return_terms=False,
-                return_hidden=False) -> TXLOutput:
+    def forward(self, tokens: torch.Tensor, mems: Optional[list] = None, targets: Optional[torch.Tensor] = None,
+                return_attn=False, return_terms=False, return_hidden=False) -> TXLOutput:
         """Run one segment (see the class docstring); returns a ``TXLOutput``."""
         if validation is not None:  # clear errors (a list of ids: a tensor); once per call, outside torch.compile
             tokens, targets = validation.check_inputs(self, tokens, mems, targets)
         return self.segment(tokens, mems, targets, return_attn, return_terms, return_hidden)
 
-    def segment(self, tokens: torch.Tensor, mems: Optional[list[torch.Tensor]] = None,
-                targets: Optional[torch.Tensor] = None, return_attn=False, return_terms=False,
-                return_hidden=False) -> TXLOutput:
+    def segment(self, tokens: torch.Tensor, mems: Optional[list] = None, targets: Optional[torch.Tensor] = None,
+                return_attn=False, return_terms=False, return_hidden=False) -> TXLOutput:
         """``forward`` without the input checks (``torch.compile`` traces this without a break)."""
-        cfg = self.cfg
         mems = None if not mems or mems[0].size(1) == 0 else mems
         B, qlen = tokens.shape
         mlen = 0 if mems is None else mems[0].size(1)
         x = self.word_emb(tokens.long()) * self.emb_scale
         pos, read_mems = None, mems
-        if cfg.attn_type == "abs":  # vanilla: U_0..U_{L-1} added to the input, the same in every segment
+        if self.cfg.attn_type == "abs":  # vanilla: U_0..U_{L-1} added to the input, the same in every segment
             x = x + self.pos_emb(torch.arange(qlen, device=x.device))  # (memory and segment share them: Sec. 3.3)
-        elif cfg.attn_type == "abs_far":  # the authors' attn_type 2: U_{klen-1..0}, counted back from the last key
+        elif self.cfg.attn_type == "abs_far":  # the authors' attn_type 2: U_{klen-1..0}, counted back from the last key
             U = self.pos_emb(torch.arange(mlen + qlen - 1, -1, -1.0, device=x.device)).to(x.dtype)
             x = x + U[mlen:]
             if mems is not None:  # layer 0 reads its memory with its own, farther positions added
@@ -434,22 +393,20 @@ class TransformerXL(ModelControls):  # controls.py: set_lengths, lengths, fast_a
             pos = self.drop(self.relative_encoding(mlen + qlen).to(x.dtype))  # (dropout on R: the authors' code)
         h = self.drop(x)
         mask = self.mask(qlen, mlen, x.device)
-        hids, attn, terms, shift_inputs, hidden = [], [], [], [], []
+        hids, attn, terms, hidden = [], [], [], []
         for i, layer in enumerate(self.layers):
             hids.append(h)  # layer i's memory is made of what entered layer i
             mem, (u, v) = None if mems is None else read_mems[i], self.uv(i)
-            if return_terms:
+            if return_terms:  # ((a)-(d) apart, rel_shift's input): controls.py
                 terms.append(layer.dec_attn.score_terms(h, mem, pos, mask, u, v))
-                shift_inputs.append(terms[-1].pop("shift_input", None))
             hidden.append({} if return_hidden else None)
             h, prob = layer(h, mem, pos, mask, u, v, return_attn, hidden=hidden[-1])
             attn.append(prob)
         h = self.drop(h)
         per_target = self.crit is not None and self.training and targets is not None  # only the targets' clusters
         out = TXLOutput(logits=None if per_target else self.output_logits(h), mems=self.next_memory(hids, mems),
-                        attn=attn if return_attn else None, terms=terms if return_terms else None,
-                        rel_shift_input=shift_inputs if return_terms else None,
-                        hidden=hidden if return_hidden else None)
+                        attn=attn if return_attn else None, hidden=hidden if return_hidden else None,
+                        terms=[t for t, _ in terms] or None, rel_shift_input=[s for _, s in terms] or None)
         if targets is not None:
             if per_target:
                 out.nll = self.crit.nll(h, targets.long()).float()
@@ -457,7 +414,7 @@ class TransformerXL(ModelControls):  # controls.py: set_lengths, lengths, fast_a
                 out.nll = F.cross_entropy(out.logits.float().flatten(0, 1), targets.long().flatten(),
                                           reduction="none").view(B, qlen)
             out.loss = out.nll.mean()
-            if cfg.adaptive_span:  # variants.SpanAttn: the L1 penalty on the spans
-                out.loss = out.loss + cfg.span_loss_coeff * sum(lay.dec_attn.spans().mean() for lay in self.layers)
+            if self.cfg.adaptive_span:  # variants.SpanAttn: the L1 penalty on the spans
+                out.loss = out.loss + self.cfg.span_loss_coeff * sum(l.dec_attn.spans().mean() for l in self.layers)
         return out
 

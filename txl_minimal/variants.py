@@ -75,7 +75,7 @@ class SpanAttn(RelMultiHeadAttn):
     def forward(self, h, mem, pos, mask, u, v, return_attn: bool = False):
         return super().forward(h, *self._trimmed(h, mem, pos, mask), u, v, return_attn)
 
-    def score_terms(self, h, mem, pos, mask, u, v) -> dict:
+    def score_terms(self, h, mem, pos, mask, u, v) -> tuple:
         return super().score_terms(h, *self._trimmed(h, mem, pos, mask), u, v)
 
     def reweight(self, prob: torch.Tensor) -> torch.Tensor:
