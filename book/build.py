@@ -477,7 +477,8 @@ def _docstring_after(tree: ast.Module, index: int) -> str:
 
 def _class_bodies(cls: ast.ClassDef, module: str, root: Path = ROOT) -> list[tuple[str, list[ast.stmt]]]:
     """(module, class body) of ``cls``, then of each of its bases defined in the package (TransformerXL's
-    ModelControls, in controls.py): the page lists the methods a class inherits from there under it."""
+    ModelControls, RelMultiHeadAttn's AttentionControls, in controls.py): the page lists the methods a class
+    inherits from there under it."""
     bodies = [(module, cls.body)]
     for base in cls.bases:
         if not (isinstance(base, ast.Name) and _module_file(module, root).is_file()):

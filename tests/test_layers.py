@@ -33,7 +33,7 @@ ALLOWED = {
     "validation": set(),  # torch only: the model's clear errors (text is encoded in symbols.py)
     "adaptive": set(),  # torch only: the word-level embedding and softmax
     "sampling": {"validation"},  # generate: duck-typed, it imports no model
-    "controls": {"validation", "sampling"},  # TransformerXL's base: set_lengths, lengths, fast_attn, generate
+    "controls": {"validation", "sampling"},  # the model's bases: set_lengths, fast_attn, generate; score_terms
     "model": {"validation", "adaptive", "controls"},  # only inside the package: model.py copied alone runs without them
     "fast": {"model", "controls"},  # the model's faster subclasses (controls.py holds their one hook, SPEEDUP)
     "words": set(),  # the authors' Vocab

@@ -409,6 +409,10 @@ from dataclasses import replace
 model.cfg = replace(model.cfg, mem_len=3)  # lengths: a new config (set_lengths and generate are the package's)
 print(model(x[:, :5]).mems[0].shape[1], hasattr(model, "set_lengths"), hasattr(model, "generate"),
       hasattr(model.layers[0].dec_attn, "score_terms"))  # return_terms: controls.py's too
+try:
+    model(x[:, :5], return_terms=True)
+except ValueError as e:
+    print(e)
 """
 
 
@@ -422,6 +426,7 @@ def test_model_py_copied_alone_runs_the_paper_and_the_baseline(tmp_path):
     assert [line.split()[0] for line in lines[:2]] == ["rel", "abs"]
     assert all(line.endswith("(2, 4, 27) True") for line in lines[:2])  # the second segment's logits; trained
     assert lines[2] == "3 False False False"  # a new config's memory length is read; controls.py's methods are not
+    assert lines[3].startswith("return_terms needs txl_minimal/controls.py")  # said, not an AttributeError
 
 
 def test_help_shows_the_inputs_and_every_output_with_units():

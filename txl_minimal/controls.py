@@ -81,15 +81,18 @@ class AttentionControls(nn.Module):
     def score_terms(self, h, mem, pos, mask, u, v) -> tuple[dict[str, torch.Tensor], Optional[torch.Tensor]]:
         """The terms (a)-(d) apart, unscaled, NaN where masked; and what attend's rel_shift is given (None: no R).
 
-        (c) and (d) are (q_i + u)^T k_j and (q_i + v)^T W_k,R R_{i-j} without the query's content: the same in
-        every row before the shift, which moves (d) as it moves (b) + (d) in ``attend``."""
+        (c) and (d) have no query content: one row per head, (c) the same for every query, (d) read at each key's
+        distance mlen + i - j (column j + qlen-1-i of the row against R_{klen-1..0}, where rel_shift moves it)."""
         q, k, _ = self.project(h, mem)
         terms = {"a": q @ k.transpose(-1, -2)}
         if pos is not None:
             terms["b"] = self.positional_score(q, pos, None)
         if u is not None:
+            qlen, klen = terms["a"].shape[-2:]
             terms["c"] = (u[:, None] @ k.transpose(-1, -2)).expand_as(terms["a"])
-            terms["d"] = self.positional_score(torch.zeros_like(q), pos, v)  # q = 0: v^T W_k,R R_{i-j} alone
+            row = self.positional_score(torch.zeros_like(q[:1, :, :1]), pos, v, shift=False)  # v^T W_k,R R_r
+            col = torch.arange(klen, device=k.device) - torch.arange(qlen, device=k.device)[:, None] + qlen - 1
+            terms["d"] = row[..., 0, col.clamp(0, klen - 1)].expand_as(terms["a"])  # (above the diagonal: masked)
         terms = {name: t.masked_fill(mask, float("nan")) for name, t in terms.items()}
         shift_input = None if pos is None else self.positional_score(q, pos, v, shift=False)  # (columns: distances)
         return terms, shift_input

@@ -1,7 +1,6 @@
 """Transformer-XL in one file (Dai et al., ACL 2019, arXiv:1901.02860), read top to bottom as Section 3: 3.2
-segment-level recurrence (attention_mask, update_memory; read_segments: segments.py), 3.3 relative positional
-encoding (sinusoid_table, rel_shift: Appendix B, RelMultiHeadAttn), the N-layer model (DecoderLayer, TransformerXL).
-The relative attention score between query i and key j:
+segment-level recurrence (attention_mask, update_memory), 3.3 relative positional encoding (sinusoid_table, rel_shift:
+Appendix B, RelMultiHeadAttn), the N-layer model (DecoderLayer, TransformerXL). The score of query i for key j:
 
   A^rel_ij = E_xi^T Wq^T Wk,E E_xj     (a) content-based addressing
            + E_xi^T Wq^T Wk,R R_{i-j}   (b) content-dependent positional bias
@@ -10,7 +9,8 @@ The relative attention score between query i and key j:
 
 In every layer E_x is that layer's input h~ = [SG(m) o h]: (a) + (c) = (q_i + u)^T k_j, (b) + (d) = (q_i + v)^T
 W_k,R R_{i-j}; query i is key mlen + i; ``r_w_bias`` is u, ``r_r_bias`` v; ``attn_type="abs"``: the vanilla model.
-fast.py swaps in same-named subclasses (the same numbers, faster); ``model.fast_attn = False`` runs this code.
+fast.py swaps in same-named subclasses (the same numbers, faster); ``fast_attn = False`` or a function here replaced
+(``model.rel_shift = f``) runs this code.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-if __package__ == "txl_minimal":  # clear errors, the word-level softmax, and set_lengths, fast_attn, generate
+if __package__ == "txl_minimal":  # clear errors, words' softmax, controls.py's set_lengths, generate, return_terms
     from txl_minimal import adaptive, validation
     from txl_minimal.controls import AttentionControls, ModelControls
 else:  # this file copied alone (torch only): the same model, without the checks, cutoffs and controls.py's methods
@@ -87,7 +87,8 @@ class TXLOutput:
         attn: per layer (B, n_head, T, mlen + T) attention probabilities (``return_attn``; adaptive span: kept keys).
         terms: per layer the terms before the 1/sqrt(d_head) scaling, NaN where masked (``return_terms``): "a", "b",
             "c", "d" for "rel" and adaptive span; "a", "b" for "shaw"; "a" for "abs" and "abs_far".
-        rel_shift_input: per layer rel_shift's input B~ + d~ (``return_terms``; "shaw": its (b); "abs", "abs_far": None)
+        rel_shift_input: per layer rel_shift's input, B~ + d~ (the row d~ added to each row; ``return_terms``; "shaw":
+            its (b); "abs", "abs_far": None).
         hidden: per layer "memory", "input" (h~'s two parts), "attn" (o) and "output" (h^n) (``return_hidden``).
     Examples:
         >>> out = load_pretrained("txl-tiny")(as_ids(encode("the cat"))[None], return_hidden=True)
@@ -192,8 +193,9 @@ class RelMultiHeadAttn(AttentionControls):  # controls.py: score_terms (return_t
     """One layer's multi-head attention over [SG(memory) o segment], scored by A^rel above.
 
     Returns:
-        The module (from ``cfg``); ``att(h, mem, pos, mask, u, v)``, h (B, qlen, d_model), mem (B, mlen, d_model) or
-        None, the rest the model's (``relative_encoding(klen)``, ``mask``, ``uv``): (LayerNorm(h + W_o attn), probs).
+        The module (from ``cfg``); ``att(h, mem, pos, mask, u, v)``: h (B, qlen, d_model), mem (B, mlen, d_model) or
+        None, and the model's ``relative_encoding(klen)`` (vanilla: None), ``mask(...)``, ``uv(layer)``, gives
+        (LayerNorm(h + W_o attention), probabilities (B, n_head, qlen, klen)).
     Examples:
         >>> m, h = load_pretrained("txl-tiny"), torch.ones(1, 3, 128)           # 3 tokens, no memory
         >>> o, a = m.layers[0].dec_attn(h, None, m.relative_encoding(3), m.mask(3, 0, None), *m.uv(0), return_attn=True)
@@ -205,8 +207,7 @@ class RelMultiHeadAttn(AttentionControls):  # controls.py: score_terms (return_t
         super().__init__()
         if validation is not None:
             validation.check_config_type(cfg, type(self).__name__)
-        self.cfg, self.n_head, self.d_head = cfg, cfg.n_head, cfg.d_head
-        self.scale = 1.0 / math.sqrt(cfg.d_head)
+        self.cfg, self.n_head, self.d_head, self.scale = cfg, cfg.n_head, cfg.d_head, 1.0 / math.sqrt(cfg.d_head)
         self.qkv_net = nn.Linear(cfg.d_model, 3 * cfg.n_head * cfg.d_head, bias=False)  # rows: W_q, W_k,E, W_v
         self.o_net = nn.Linear(cfg.n_head * cfg.d_head, cfg.d_model, bias=False)
         self.layer_norm = nn.LayerNorm(cfg.d_model)
@@ -241,8 +242,8 @@ class RelMultiHeadAttn(AttentionControls):  # controls.py: score_terms (return_t
     def reweight(self, prob: torch.Tensor) -> torch.Tensor:  # adaptive span (variants.py) re-weights here
         return prob
 
-    def attend(self, q, k, val, pos, mask, u, v, return_attn: bool = True):  # return_attn: fast.py's (a if True)
-        """sum_j a_ij W_v h~_j, a_i = softmax_j(A^rel_ij / sqrt(d_head)) over unmasked keys: (B, H, qlen, D), and a."""
+    def attend(self, q, k, val, pos, mask, u, v, return_attn: bool = True):  # return_attn: unused here (fast.py's)
+        """sum_j a_ij W_v h~_j, a_i = softmax_j(A^rel_ij / sqrt(d_head)) over unmasked keys: (B, H, qlen, D); a."""
         q_u = q if u is None else q + u[:, None]  # (q_i + u): (a) and (c) in one product
         score = q_u @ k.transpose(-1, -2)  # (a) + (c)
         if pos is not None:  # + (b) + (d) (the vanilla model has no R)
@@ -372,13 +373,15 @@ class TransformerXL(ModelControls):  # controls.py: set_lengths, lengths, fast_a
         """Run one segment (see the class docstring); returns a ``TXLOutput``."""
         if validation is not None:  # clear errors (a list of ids: a tensor); once per call, outside torch.compile
             tokens, targets = validation.check_inputs(self, tokens, mems, targets)
+        elif return_terms:
+            raise ValueError("return_terms needs txl_minimal/controls.py: import the model from the package")
         return self.segment(tokens, mems, targets, return_attn, return_terms, return_hidden)
 
     def segment(self, tokens: torch.Tensor, mems: Optional[list] = None, targets: Optional[torch.Tensor] = None,
                 return_attn=False, return_terms=False, return_hidden=False) -> TXLOutput:
         """``forward`` without the input checks (``torch.compile`` traces this without a break)."""
         mems = None if not mems or mems[0].size(1) == 0 else mems
-        B, qlen = tokens.shape
+        qlen = tokens.size(1)
         mlen = 0 if mems is None else mems[0].size(1)
         x = self.word_emb(tokens.long()) * self.emb_scale
         pos, read_mems = None, mems
@@ -386,9 +389,8 @@ class TransformerXL(ModelControls):  # controls.py: set_lengths, lengths, fast_a
             x = x + self.pos_emb(torch.arange(qlen, device=x.device))  # (memory and segment share them: Sec. 3.3)
         elif self.cfg.attn_type == "abs_far":  # the authors' attn_type 2: U_{klen-1..0}, counted back from the last key
             U = self.pos_emb(torch.arange(mlen + qlen - 1, -1, -1.0, device=x.device)).to(x.dtype)
-            x = x + U[mlen:]
-            if mems is not None:  # layer 0 reads its memory with its own, farther positions added
-                read_mems = [mems[0] + U[:mlen]] + mems[1:]
+            x = x + U[mlen:]  # and layer 0 reads its memory with its own, farther positions added:
+            read_mems = None if mems is None else [mems[0] + U[:mlen]] + mems[1:]
         else:  # R, shared by the layers
             pos = self.drop(self.relative_encoding(mlen + qlen).to(x.dtype))  # (dropout on R: the authors' code)
         h = self.drop(x)
@@ -403,16 +405,14 @@ class TransformerXL(ModelControls):  # controls.py: set_lengths, lengths, fast_a
             h, prob = layer(h, mem, pos, mask, u, v, return_attn, hidden=hidden[-1])
             attn.append(prob)
         h = self.drop(h)
-        per_target = self.crit is not None and self.training and targets is not None  # only the targets' clusters
+        per_target = self.crit is not None and self.training and targets is not None  # adaptive softmax: no logits
         out = TXLOutput(logits=None if per_target else self.output_logits(h), mems=self.next_memory(hids, mems),
                         attn=attn if return_attn else None, hidden=hidden if return_hidden else None,
                         terms=[t for t, _ in terms] or None, rel_shift_input=[s for _, s in terms] or None)
-        if targets is not None:
-            if per_target:
-                out.nll = self.crit.nll(h, targets.long()).float()
-            else:
-                out.nll = F.cross_entropy(out.logits.float().flatten(0, 1), targets.long().flatten(),
-                                          reduction="none").view(B, qlen)
+        if targets is not None:  # (per_target: only the targets' clusters are scored)
+            nll = self.crit.nll(h, targets.long()) if per_target else F.cross_entropy(
+                out.logits.float().flatten(0, 1), targets.long().flatten(), reduction="none")
+            out.nll = nll.float().view_as(targets)
             out.loss = out.nll.mean()
             if self.cfg.adaptive_span:  # variants.SpanAttn: the L1 penalty on the spans
                 out.loss = out.loss + self.cfg.span_loss_coeff * sum(l.dec_attn.spans().mean() for l in self.layers)
