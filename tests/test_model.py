@@ -516,6 +516,17 @@ def test_adaptive_span_gets_gradients_and_trimming_changes_nothing(tiny_model):
     assert plain.loss > plain.nll.mean()
 
 
+@pytest.mark.parametrize("attn_type", ["abs", "abs_far", "shaw"])
+def test_untie_r_beside_an_attention_without_u_and_v_changes_nothing(tiny_model, attn_type):
+    """u and v belong to "rel" alone: untie_r=True on another attention (the authors' flag, set for all) gives
+    the same model, with (None, None) from uv, not an AttributeError on the first segment."""
+    x = torch.randint(0, 27, (2, 6))
+    tied, untied = tiny_model(attn_type=attn_type), tiny_model(attn_type=attn_type, untie_r=True)
+    assert all(untied.uv(n) == (None, None) for n in range(untied.cfg.n_layer))
+    out_t, out_u = tied(x, tied(x).mems), untied(x, untied(x).mems)
+    torch.testing.assert_close(out_u.logits, out_t.logits, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("attn_type, keys", [("rel", "abcd"), ("shaw", "ab"), ("abs", "a"), ("abs_far", "a")])
 def test_the_terms_returned_are_the_ones_txloutput_names_for_each_attention(tiny_model, attn_type, keys):
     model = tiny_model(attn_type=attn_type)

@@ -94,5 +94,5 @@ class AttentionControls(nn.Module):
             col = torch.arange(klen, device=k.device) - torch.arange(qlen, device=k.device)[:, None] + qlen - 1
             terms["d"] = row[..., 0, col.clamp(0, klen - 1)].expand_as(terms["a"])  # (above the diagonal: masked)
         terms = {name: t.masked_fill(mask, float("nan")) for name, t in terms.items()}
-        shift_input = None if pos is None else self.positional_score(q, pos, v, shift=False)  # (columns: distances)
+        shift_input = None if pos is None else self.positional_score(q, pos, v, shift=False)  # column c: R_{klen-1-c}
         return terms, shift_input

@@ -8,9 +8,9 @@ Appendix B, RelMultiHeadAttn), the N-layer model (DecoderLayer, TransformerXL). 
            + v^T Wk,R R_{i-j}           (d) global positional bias
 
 In every layer E_x is that layer's input h~ = [SG(m) o h]: (a) + (c) = (q_i + u)^T k_j, (b) + (d) = (q_i + v)^T
-W_k,R R_{i-j}; query i is key mlen + i; ``r_w_bias`` is u, ``r_r_bias`` v; ``attn_type="abs"``: the vanilla model.
-fast.py swaps in same-named subclasses (the same numbers, faster); ``fast_attn = False`` or a function here replaced
-(``model.rel_shift = f``) runs this code.
+W_k,R R_{i-j}, i and j positions in h~: the code's query i is key mlen + i (distance mlen + i - j). ``r_w_bias``
+is u, ``r_r_bias`` v; ``attn_type="abs"`` with ``mem_len=0`` is the vanilla model. fast.py swaps in same-named
+subclasses (the same numbers, faster); ``fast_attn = False`` or a function here replaced at run time runs this code.
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ class TXLConfig:
     same_length: bool = False  # every query sees the same number of keys
     pre_lnorm: bool = False
     tie_weights: bool = True  # the softmax weight is the input embedding (per cluster with cutoffs)
-    attn_type: str = "rel"  # "rel" (Transformer-XL), "abs" (vanilla), "abs_far", "shaw" (variants.py)
+    attn_type: str = "rel"  # "rel": Transformer-XL; "abs" (mem_len=0: vanilla), "abs_far": absolute; "shaw" (variants)
     untie_r: bool = False  # one (u, v) pair per layer instead of shared
     shaw_max_dist: int = 64  # "shaw": largest distance with its own learned vector
     adaptive_span: bool = False  # variants.py: learn a span z per head (Sukhbaatar et al., 2019)
@@ -80,9 +80,9 @@ class TXLOutput:
     """What ``TransformerXL.forward`` returns for a segment of B rows and T tokens.
 
     Attributes:
-        logits: (B, T, vocab_size) next-token logits in nats (cutoffs: log-probabilities; None training on targets).
+        logits: (B, T, vocab_size) next-token logits in nats (words: log-probabilities, None training on targets).
         mems: n_layer tensors (B, <=mem_len, d_model), what entered each layer, detached: the next segment's memory.
-        loss: the mean NLL in nats (+ the adaptive-span penalty) if targets are given; bpc = loss / ln 2.
+        loss: the mean NLL in nats (+ the adaptive-span penalty) if targets are given; bpc = nll.mean() / ln 2.
         nll: (B, T) NLL of every target, in nats.
         attn: per layer (B, n_head, T, mlen + T) attention probabilities (``return_attn``; adaptive span: kept keys).
         terms: per layer the terms before the 1/sqrt(d_head) scaling, NaN where masked (``return_terms``): "a", "b",
@@ -115,7 +115,7 @@ def attention_mask(qlen: int, mlen: int, same_length: bool, mem_len: int, device
         >>> attention_mask(2, 1, False, 1).int().tolist()
         [[0, 0, 1], [0, 0, 0]]
     """
-    if validation is not None:  # a length of 0, -1 or 2.5: a sentence, not torch's words
+    if validation is not None:  # a length of 0, -1 or 2.5: a ValueError that says so
         validation.check_mask_lengths(qlen, mlen, same_length, mem_len)
     ones = torch.ones(qlen, mlen + qlen, dtype=torch.bool, device=device)
     mask = torch.triu(ones, diagonal=1 + mlen)
@@ -190,12 +190,12 @@ def rel_shift(x: torch.Tensor) -> torch.Tensor:
 
 
 class RelMultiHeadAttn(AttentionControls):  # controls.py: score_terms (return_terms)
-    """One layer's multi-head attention over [SG(memory) o segment], scored by A^rel above.
+    """One layer's multi-head attention over [SG(memory) o segment], scored by A^rel above ("abs": by (a) alone).
 
     Returns:
         The module (from ``cfg``); ``att(h, mem, pos, mask, u, v)``: h (B, qlen, d_model), mem (B, mlen, d_model) or
         None, and the model's ``relative_encoding(klen)`` (vanilla: None), ``mask(...)``, ``uv(layer)``, gives
-        (LayerNorm(h + W_o attention), probabilities (B, n_head, qlen, klen)).
+        (LayerNorm(h + W_o attention) (pre_lnorm: h + W_o attention), probabilities (B, n_head, qlen, klen)).
     Examples:
         >>> m, h = load_pretrained("txl-tiny"), torch.ones(1, 3, 128)           # 3 tokens, no memory
         >>> o, a = m.layers[0].dec_attn(h, None, m.relative_encoding(3), m.mask(3, 0, None), *m.uv(0), return_attn=True)
@@ -230,7 +230,7 @@ class RelMultiHeadAttn(AttentionControls):  # controls.py: score_terms (return_t
         return self._heads(q), self._heads(k), self._heads(val)
 
     def positional_score(self, q, pos, v, shift: bool = True) -> Optional[torch.Tensor]:
-        """(b) + (d) = (q_i + v)^T W_k,R R_{i-j} for all (i, j); pos: R_{klen-1..0} or None (vanilla).
+        """(b) + (d) = (q_i + v)^T W_k,R R_{i-j} for all (i, j) (v None: (b)); pos: R_{klen-1..0} or None (vanilla).
         ``shift=False``: before ``rel_shift``, against R_{klen-1-c} in column c."""
         if pos is None:
             return None
@@ -242,7 +242,7 @@ class RelMultiHeadAttn(AttentionControls):  # controls.py: score_terms (return_t
     def reweight(self, prob: torch.Tensor) -> torch.Tensor:  # adaptive span (variants.py) re-weights here
         return prob
 
-    def attend(self, q, k, val, pos, mask, u, v, return_attn: bool = True):  # return_attn: unused here (fast.py's)
+    def attend(self, q, k, val, pos, mask, u, v, return_attn: bool = True):  # return_attn False: fast.py may skip a
         """sum_j a_ij W_v h~_j, a_i = softmax_j(A^rel_ij / sqrt(d_head)) over unmasked keys: (B, H, qlen, D); a."""
         q_u = q if u is None else q + u[:, None]  # (q_i + u): (a) and (c) in one product
         score = q_u @ k.transpose(-1, -2)  # (a) + (c)
@@ -280,7 +280,7 @@ class PositionwiseFF(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Layer n: o = LayerNorm(h^{n-1} + W_o RelAttn(q: h^{n-1}; k, val: [SG(m^{n-1}) o h^{n-1}])), h^n = FF(o)."""
+    """Layer n: o = LN(h^{n-1} + W_o RelAttn(q: h^{n-1}; k, val: [SG(m^{n-1}) o h^{n-1}])), h^n = FF(o) (or pre-LN)."""
 
     def __init__(self, cfg: TXLConfig):
         super().__init__()
@@ -290,7 +290,7 @@ class DecoderLayer(nn.Module):
     def forward(self, h, mem, pos, mask, u, v, return_attn: bool = False, hidden: Optional[dict] = None):
         o, prob = self.dec_attn(h, mem, pos, mask, u, v, return_attn)
         out = self.pos_ff(o)
-        if hidden is not None:  # return_hidden: what entered, the attention sub-layer's output, the layer's
+        if hidden is not None:  # return_hidden: what entered, the attention's output, the layer's
             hidden.update(memory=h[:, :0] if mem is None else mem, input=h, attn=o, output=out)
         return out, prob
 
@@ -313,7 +313,7 @@ class TransformerXL(ModelControls):  # controls.py: set_lengths, lengths, fast_a
 
     def __init__(self, cfg: TXLConfig):
         super().__init__()
-        self.cfg = cfg  # frozen, checked (controls.py): set_lengths replaces it, and its layers' (``cfg``, below)
+        self.cfg = cfg  # frozen, checked (controls.py): set_lengths replaces it here and in every layer
         words = bool(cfg.cutoffs) or cfg.d_embed not in (None, cfg.d_model)  # adaptive.py's input and softmax
         if words and adaptive is None:
             raise ValueError("cutoffs and d_embed need txl_minimal/adaptive.py: import the model from the package")
@@ -346,8 +346,8 @@ class TransformerXL(ModelControls):  # controls.py: set_lengths, lengths, fast_a
 
     def uv(self, layer: int) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
         """(u, v) of layer ``layer`` (from 0): shared, or its own with ``untie_r``; (None, None) if not "rel"."""
-        att = self.layers[layer].dec_attn
-        return (att.r_w_bias, att.r_r_bias) if self.cfg.untie_r else (self.r_w_bias, self.r_r_bias)
+        own = self.layers[layer].dec_attn if self.cfg.untie_r and self.cfg.attn_type == "rel" else self  # (else None)
+        return own.r_w_bias, own.r_r_bias
 
     def relative_encoding(self, klen: int) -> torch.Tensor:
         """R_{klen-1}, ..., R_0: key j's distance to the last query (above clamp_len: R_clamp_len)."""
@@ -371,7 +371,7 @@ class TransformerXL(ModelControls):  # controls.py: set_lengths, lengths, fast_a
     def forward(self, tokens: torch.Tensor, mems: Optional[list] = None, targets: Optional[torch.Tensor] = None,
                 return_attn=False, return_terms=False, return_hidden=False) -> TXLOutput:
         """Run one segment (see the class docstring); returns a ``TXLOutput``."""
-        if validation is not None:  # clear errors (a list of ids: a tensor); once per call, outside torch.compile
+        if validation is not None:  # clear errors; a list of ids becomes a tensor (outside torch.compile)
             tokens, targets = validation.check_inputs(self, tokens, mems, targets)
         elif return_terms:
             raise ValueError("return_terms needs txl_minimal/controls.py: import the model from the package")
@@ -384,13 +384,13 @@ class TransformerXL(ModelControls):  # controls.py: set_lengths, lengths, fast_a
         qlen = tokens.size(1)
         mlen = 0 if mems is None else mems[0].size(1)
         x = self.word_emb(tokens.long()) * self.emb_scale
-        pos, read_mems = None, mems
+        pos, read_mems = None, mems or [None] * len(self.layers)  # what each layer reads as its memory
         if self.cfg.attn_type == "abs":  # vanilla: U_0..U_{L-1} added to the input, the same in every segment
             x = x + self.pos_emb(torch.arange(qlen, device=x.device))  # (memory and segment share them: Sec. 3.3)
         elif self.cfg.attn_type == "abs_far":  # the authors' attn_type 2: U_{klen-1..0}, counted back from the last key
             U = self.pos_emb(torch.arange(mlen + qlen - 1, -1, -1.0, device=x.device)).to(x.dtype)
             x = x + U[mlen:]  # and layer 0 reads its memory with its own, farther positions added:
-            read_mems = None if mems is None else [mems[0] + U[:mlen]] + mems[1:]
+            read_mems = read_mems if mems is None else [mems[0] + U[:mlen]] + mems[1:]
         else:  # R, shared by the layers
             pos = self.drop(self.relative_encoding(mlen + qlen).to(x.dtype))  # (dropout on R: the authors' code)
         h = self.drop(x)
@@ -398,7 +398,7 @@ class TransformerXL(ModelControls):  # controls.py: set_lengths, lengths, fast_a
         hids, attn, terms, hidden = [], [], [], []
         for i, layer in enumerate(self.layers):
             hids.append(h)  # layer i's memory is made of what entered layer i
-            mem, (u, v) = None if mems is None else read_mems[i], self.uv(i)
+            mem, (u, v) = read_mems[i], self.uv(i)
             if return_terms:  # ((a)-(d) apart, rel_shift's input): controls.py
                 terms.append(layer.dec_attn.score_terms(h, mem, pos, mask, u, v))
             hidden.append({} if return_hidden else None)
