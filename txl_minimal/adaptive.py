@@ -177,7 +177,6 @@ def tie(emb: AdaptiveEmbedding, crit: ProjectedAdaptiveLogSoftmax, tie_weight: b
             crit.out_projs[i] = emb.emb_projs[i]
 
 
-
 def _clusters(cfg) -> tuple:
     return cfg.vocab_size, cfg.d_embed or cfg.d_model, cfg.d_model, cfg.cutoffs, cfg.div_val
 
